@@ -1,0 +1,313 @@
+//! Shape and dtype inference: the single place that decides whether an op
+//! applied to given operands is valid. The API calls it before recording, so a
+//! bad call is an `Err` at the call site and never reaches the graph.
+
+use crate::{Axes, BinaryOp, DType, Literal, Op, ReduceOp, Shape, UnaryOp};
+
+/// Why an op cannot be applied to its operands (the caller adds op name, shapes and location).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InferError(pub String);
+
+fn err<T>(msg: impl Into<String>) -> Result<T, InferError> {
+    Err(InferError(msg.into()))
+}
+
+/// An operand as inference sees it.
+pub type Operand<'a> = (&'a Shape, DType);
+
+/// Output shape and dtype of `op` on `inputs`, or why it is invalid.
+pub fn infer(op: &Op, inputs: &[Operand<'_>]) -> Result<(Shape, DType), InferError> {
+    if let Some(n) = op.arity() {
+        if inputs.len() != n {
+            return err(format!("expects {n} operand(s), got {}", inputs.len()));
+        }
+    } else if inputs.is_empty() {
+        return err("expects at least one operand");
+    }
+    match op {
+        Op::Input { shape, dtype } => Ok((shape.clone(), *dtype)),
+        Op::Constant {
+            value,
+            shape,
+            dtype,
+        } => {
+            check_literal(*value, *dtype)?;
+            Ok((shape.clone(), *dtype))
+        }
+        Op::Arange {
+            start,
+            step,
+            len,
+            dtype,
+        } => {
+            if !dtype.is_numeric() {
+                return err("arange needs a numeric dtype");
+            }
+            check_literal(*start, *dtype)?;
+            check_literal(*step, *dtype)?;
+            Ok((Shape::new(&[*len]), *dtype))
+        }
+        Op::Unary(u) => {
+            let (s, d) = inputs[0];
+            let ok = match u {
+                UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu => d.is_numeric(),
+                _ => d.is_float(),
+            };
+            if !ok {
+                let need = if d.is_numeric() {
+                    "a float"
+                } else {
+                    "a numeric"
+                };
+                return err(format!("needs {need} dtype, got {d}"));
+            }
+            Ok((s.clone(), d))
+        }
+        Op::Binary(b) => {
+            let shape = broadcast2(inputs)?;
+            let d = same_dtype(inputs)?;
+            if !d.is_numeric() {
+                return err(format!("needs a numeric dtype, got {d}"));
+            }
+            if *b == BinaryOp::Pow && d == DType::U8 {
+                return err("pow is not defined for u8");
+            }
+            Ok((shape, d))
+        }
+        Op::Compare(_) => {
+            let shape = broadcast2(inputs)?;
+            same_dtype(inputs)?;
+            Ok((shape, DType::Bool))
+        }
+        Op::Select => {
+            let (cs, cd) = inputs[0];
+            if cd != DType::Bool {
+                return err(format!("condition must be bool, got {cd}"));
+            }
+            let d = same_dtype(&inputs[1..])?;
+            let s = broadcast2(&inputs[1..])?;
+            let s = Shape::broadcast(cs, &s).ok_or_else(|| {
+                InferError(format!("condition shape {cs} does not broadcast with {s}"))
+            })?;
+            Ok((s, d))
+        }
+        Op::Convert(to) => Ok((inputs[0].0.clone(), *to)),
+        Op::Reduce { op, axes, keepdim } => {
+            let (s, d) = inputs[0];
+            check_axes_sorted(axes, s.rank())?;
+            match op {
+                ReduceOp::Mean if !d.is_float() => {
+                    return err(format!("mean needs a float dtype, got {d}"))
+                }
+                _ if !d.is_numeric() => return err(format!("needs a numeric dtype, got {d}")),
+                ReduceOp::Max | ReduceOp::Min if axes.iter().any(|&a| s.dims()[a] == 0) => {
+                    return err(format!("cannot take {} over a zero-size axis", op.name()))
+                }
+                _ => {}
+            }
+            Ok((reduced_shape(s, axes, *keepdim), d))
+        }
+        Op::ArgMax { axis, keepdim } => {
+            let (s, d) = inputs[0];
+            if *axis >= s.rank() {
+                return err(format!("axis {axis} out of range for rank {}", s.rank()));
+            }
+            if !d.is_numeric() {
+                return err(format!("needs a numeric dtype, got {d}"));
+            }
+            if s.dims()[*axis] == 0 {
+                return err("cannot take argmax over a zero-size axis");
+            }
+            Ok((reduced_shape(s, &[*axis], *keepdim), DType::I64))
+        }
+        Op::Reshape(to) => {
+            let (s, d) = inputs[0];
+            if s.numel() != to.numel() {
+                return err(format!(
+                    "cannot reshape {s} ({} elements) to {to} ({} elements)",
+                    s.numel(),
+                    to.numel()
+                ));
+            }
+            Ok((to.clone(), d))
+        }
+        Op::Permute(perm) => {
+            let (s, d) = inputs[0];
+            let mut seen = vec![false; s.rank()];
+            if perm.len() != s.rank() {
+                return err(format!(
+                    "permutation {perm:?} has wrong length for rank {}",
+                    s.rank()
+                ));
+            }
+            for &p in perm {
+                if p >= s.rank() || std::mem::replace(&mut seen[p], true) {
+                    return err(format!("{perm:?} is not a permutation of 0..{}", s.rank()));
+                }
+            }
+            Ok((Shape(perm.iter().map(|&p| s.dims()[p]).collect()), d))
+        }
+        Op::BroadcastTo(to) => {
+            let (s, d) = inputs[0];
+            if !s.broadcasts_to(to) {
+                return err(format!("shape {s} cannot be broadcast to {to}"));
+            }
+            Ok((to.clone(), d))
+        }
+        Op::Slice { axis, start, len } => {
+            let (s, d) = inputs[0];
+            if *axis >= s.rank() {
+                return err(format!("axis {axis} out of range for rank {}", s.rank()));
+            }
+            let dim = s.dims()[*axis];
+            if start.checked_add(*len).is_none_or(|end| end > dim) {
+                return err(format!(
+                    "range {start}..{start}+{len} out of bounds for axis {axis} of size {dim}"
+                ));
+            }
+            let mut out = s.clone();
+            out.0[*axis] = *len;
+            Ok((out, d))
+        }
+        Op::Concat { axis } => {
+            let (s0, d) = inputs[0];
+            if *axis >= s0.rank() {
+                return err(format!("axis {axis} out of range for rank {}", s0.rank()));
+            }
+            let mut total = 0usize;
+            for (s, dt) in inputs {
+                if *dt != d {
+                    return err(format!("dtypes differ: {d} and {dt}"));
+                }
+                let same_rest = s.rank() == s0.rank()
+                    && (0..s0.rank()).all(|i| i == *axis || s.dims()[i] == s0.dims()[i]);
+                if !same_rest {
+                    return err(format!("shapes {s0} and {s} differ outside axis {axis}"));
+                }
+                total += s.dims()[*axis];
+            }
+            let mut out = s0.clone();
+            out.0[*axis] = total;
+            Ok((out, d))
+        }
+        Op::MatMul => {
+            let (a, da) = inputs[0];
+            let (b, db) = inputs[1];
+            if da != db {
+                return err(format!("dtypes differ: {da} and {db}"));
+            }
+            if !da.is_numeric() {
+                return err(format!("needs a numeric dtype, got {da}"));
+            }
+            if a.rank() < 2 || b.rank() < 2 {
+                return err(format!("operands must have rank >= 2, got {a} and {b}"));
+            }
+            let (m, k) = (a.dims()[a.rank() - 2], a.dims()[a.rank() - 1]);
+            let (k2, n) = (b.dims()[b.rank() - 2], b.dims()[b.rank() - 1]);
+            if k != k2 {
+                return err(format!("contracting dims differ: {a} x {b} ({k} vs {k2})"));
+            }
+            let ba = Shape::new(&a.dims()[..a.rank() - 2]);
+            let bb = Shape::new(&b.dims()[..b.rank() - 2]);
+            let mut batch = Shape::broadcast(&ba, &bb)
+                .ok_or_else(|| InferError(format!("batch dims {ba} and {bb} do not broadcast")))?;
+            batch.0.push(m);
+            batch.0.push(n);
+            Ok((batch, da))
+        }
+    }
+}
+
+/// Shape after reducing `axes`, keeping them as size 1 when `keepdim`.
+pub fn reduced_shape(s: &Shape, axes: &[usize], keepdim: bool) -> Shape {
+    let mut out = Shape::scalar();
+    for (i, &d) in s.dims().iter().enumerate() {
+        if axes.contains(&i) {
+            if keepdim {
+                out.0.push(1);
+            }
+        } else {
+            out.0.push(d);
+        }
+    }
+    out
+}
+
+/// Normalises possibly negative user axes against `rank`: sorted, unique, in range.
+pub fn normalize_axes(axes: &[isize], rank: usize) -> Result<Axes, InferError> {
+    let mut out = Axes::new();
+    for &a in axes {
+        let n = normalize_axis(a, rank)?;
+        if out.contains(&n) {
+            return err(format!("axis {a} repeated in {axes:?}"));
+        }
+        out.push(n);
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// Normalises one possibly negative axis against `rank`.
+pub fn normalize_axis(a: isize, rank: usize) -> Result<usize, InferError> {
+    let r = rank as isize;
+    if a < -r || a >= r {
+        return err(format!("axis {a} out of range for rank {rank}"));
+    }
+    Ok(if a < 0 { (a + r) as usize } else { a as usize })
+}
+
+fn check_axes_sorted(axes: &Axes, rank: usize) -> Result<(), InferError> {
+    for (i, &a) in axes.iter().enumerate() {
+        if a >= rank || (i > 0 && axes[i - 1] >= a) {
+            return err(format!("axes {axes:?} invalid for rank {rank}"));
+        }
+    }
+    Ok(())
+}
+
+fn check_literal(v: Literal, d: DType) -> Result<(), InferError> {
+    match (v, d) {
+        (Literal::Float(f), d) if d.is_int() && (f.fract() != 0.0 || !f.is_finite()) => {
+            err(format!("value {f} is not representable as {d}"))
+        }
+        (Literal::Float(f), DType::U8) | (Literal::Float(f), DType::I32)
+            if !(int_range(d).0..=int_range(d).1).contains(&(f as i128)) =>
+        {
+            err(format!("value {f} is out of range for {d}"))
+        }
+        (Literal::Int(i), d) if d.is_int() => {
+            let (lo, hi) = int_range(d);
+            if (i as i128) < lo || (i as i128) > hi {
+                err(format!("value {i} is out of range for {d}"))
+            } else {
+                Ok(())
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
+fn int_range(d: DType) -> (i128, i128) {
+    match d {
+        DType::U8 => (0, 255),
+        DType::I32 => (i32::MIN as i128, i32::MAX as i128),
+        _ => (i64::MIN as i128, i64::MAX as i128),
+    }
+}
+
+fn broadcast2(inputs: &[Operand<'_>]) -> Result<Shape, InferError> {
+    let (a, b) = (inputs[0].0, inputs[1].0);
+    Shape::broadcast(a, b)
+        .ok_or_else(|| InferError(format!("shapes {a} and {b} cannot be broadcast together")))
+}
+
+fn same_dtype(inputs: &[Operand<'_>]) -> Result<DType, InferError> {
+    let d = inputs[0].1;
+    for (_, o) in &inputs[1..] {
+        if *o != d {
+            return err(format!("dtypes differ: {d} and {o}"));
+        }
+    }
+    Ok(d)
+}

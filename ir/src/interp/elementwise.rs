@@ -1,0 +1,283 @@
+//! Elementwise arithmetic, comparisons, conversions and generated tensors.
+//!
+//! Floats are computed in f64 and rounded once to the output dtype; integers
+//! are computed in wrapping i64 and wrapped to the output dtype (the low bits
+//! of an i64 result are the result of the same wrapping op in i32 or u8).
+
+use super::layout::StridedIndex;
+use crate::{BinaryOp, CmpOp, DType, HostTensor, Literal, Shape, UnaryOp};
+
+/// Element values widened for computation: floats exactly as f64, integers and
+/// bools exactly as i64.
+pub(crate) enum Values {
+    F(Vec<f64>),
+    I(Vec<i64>),
+}
+
+impl Values {
+    /// The widened elements of `t`.
+    pub(crate) fn of(t: &HostTensor) -> Self {
+        if t.dtype.is_float() {
+            Values::F(t.to_f64_vec())
+        } else {
+            Values::I(t.to_i64_vec())
+        }
+    }
+
+    /// Encodes into `dtype`: f64 values round to nearest (or convert like
+    /// Rust `as` for integer dtypes), i64 values wrap (or round for floats).
+    pub(crate) fn encode(&self, shape: Shape, dtype: DType) -> HostTensor {
+        match self {
+            Values::F(v) => HostTensor::from_f64(v, shape, dtype),
+            Values::I(v) => HostTensor::from_i64(v, shape, dtype),
+        }
+    }
+}
+
+/// `f(a[i], b[j])` over the broadcast of `a` (shape `sa`) and `b` (shape `sb`) to `out`.
+pub(crate) fn zip_broadcast<T: Copy, R>(
+    (a, sa): (&[T], &Shape),
+    (b, sb): (&[T], &Shape),
+    out: &Shape,
+    f: impl Fn(T, T) -> R,
+) -> Vec<R> {
+    let ia = StridedIndex::broadcast(sa, out);
+    let ib = StridedIndex::broadcast(sb, out);
+    ia.zip(ib).map(|(i, j)| f(a[i], b[j])).collect()
+}
+
+/// NaN-propagating maximum; `max(-0.0, +0.0)` is `+0.0` (IEEE 754-2019 `maximum`).
+pub(crate) fn fmax(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if a > b || (a == b && b.is_sign_negative()) {
+        a
+    } else {
+        b
+    }
+}
+
+/// NaN-propagating minimum; `min(-0.0, +0.0)` is `-0.0` (IEEE 754-2019 `minimum`).
+pub(crate) fn fmin(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if a < b || (a == b && a.is_sign_negative()) {
+        a
+    } else {
+        b
+    }
+}
+
+fn unary_f(op: UnaryOp, x: f64) -> f64 {
+    match op {
+        UnaryOp::Neg => -x,
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.ln(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        UnaryOp::Relu => fmax(x, 0.0),
+        UnaryOp::Gelu => 0.5 * x * (1.0 + (0.7978845608028654 * (x + 0.044715 * x * x * x)).tanh()),
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Cos => x.cos(),
+        UnaryOp::Floor => x.floor(),
+    }
+}
+
+fn unary_i(op: UnaryOp, x: i64) -> i64 {
+    match op {
+        UnaryOp::Neg => x.wrapping_neg(),
+        UnaryOp::Abs => x.wrapping_abs(),
+        UnaryOp::Relu => x.max(0),
+        _ => unreachable!("infer rejects {} on integers", op.name()),
+    }
+}
+
+fn binary_f(op: BinaryOp, a: f64, b: f64) -> f64 {
+    match op {
+        BinaryOp::Add => a + b,
+        BinaryOp::Sub => a - b,
+        BinaryOp::Mul => a * b,
+        BinaryOp::Div => a / b,
+        BinaryOp::Pow => a.powf(b),
+        BinaryOp::Maximum => fmax(a, b),
+        BinaryOp::Minimum => fmin(a, b),
+    }
+}
+
+/// Integer binary op in wrapping i64. Division truncates toward zero; division
+/// by zero gives all ones: -1, which wraps to 255 for u8.
+fn binary_i(op: BinaryOp, a: i64, b: i64) -> i64 {
+    match op {
+        BinaryOp::Add => a.wrapping_add(b),
+        BinaryOp::Sub => a.wrapping_sub(b),
+        BinaryOp::Mul => a.wrapping_mul(b),
+        BinaryOp::Div if b == 0 => -1,
+        // i32::MIN / -1 = 2^31 in i64, which wraps back to i32::MIN.
+        BinaryOp::Div => a.wrapping_div(b),
+        BinaryOp::Pow => pow_i(a, b),
+        BinaryOp::Maximum => a.max(b),
+        BinaryOp::Minimum => a.min(b),
+    }
+}
+
+/// Integer power: a negative exponent gives 0, except bases 1 (→ 1) and -1
+/// (→ ±1 by parity); otherwise wrapping exponentiation by squaring.
+fn pow_i(base: i64, exp: i64) -> i64 {
+    if exp < 0 {
+        return match base {
+            1 => 1,
+            -1 if exp % 2 == 0 => 1,
+            -1 => -1,
+            _ => 0,
+        };
+    }
+    let (mut result, mut base, mut exp) = (1i64, base, exp as u64);
+    while exp > 0 {
+        if exp & 1 == 1 {
+            result = result.wrapping_mul(base);
+        }
+        base = base.wrapping_mul(base);
+        exp >>= 1;
+    }
+    result
+}
+
+fn compare<T: PartialOrd>(op: CmpOp, a: T, b: T) -> bool {
+    match op {
+        CmpOp::Eq => a == b,
+        CmpOp::Ne => a != b,
+        CmpOp::Lt => a < b,
+        CmpOp::Le => a <= b,
+        CmpOp::Gt => a > b,
+        CmpOp::Ge => a >= b,
+    }
+}
+
+/// Elementwise unary op; the output has `x`'s shape and dtype.
+pub(crate) fn unary(op: UnaryOp, x: &HostTensor) -> HostTensor {
+    let out = match Values::of(x) {
+        Values::F(v) => Values::F(v.into_iter().map(|x| unary_f(op, x)).collect()),
+        Values::I(v) => Values::I(v.into_iter().map(|x| unary_i(op, x)).collect()),
+    };
+    out.encode(x.shape.clone(), x.dtype)
+}
+
+/// Elementwise binary op on operands of one dtype, broadcast to `shape`.
+pub(crate) fn binary(op: BinaryOp, a: &HostTensor, b: &HostTensor, shape: Shape) -> HostTensor {
+    let out = match (Values::of(a), Values::of(b)) {
+        (Values::F(x), Values::F(y)) => Values::F(zip_broadcast(
+            (&x, &a.shape),
+            (&y, &b.shape),
+            &shape,
+            |p, q| binary_f(op, p, q),
+        )),
+        (Values::I(x), Values::I(y)) => Values::I(zip_broadcast(
+            (&x, &a.shape),
+            (&y, &b.shape),
+            &shape,
+            |p, q| binary_i(op, p, q),
+        )),
+        _ => unreachable!("infer checks that operand dtypes match"),
+    };
+    out.encode(shape, a.dtype)
+}
+
+/// Elementwise comparison broadcast to `shape`, producing bool. Any comparison
+/// with NaN is false except `ne`.
+pub(crate) fn compare_op(op: CmpOp, a: &HostTensor, b: &HostTensor, shape: Shape) -> HostTensor {
+    let out: Vec<i64> = match (Values::of(a), Values::of(b)) {
+        (Values::F(x), Values::F(y)) => {
+            zip_broadcast((&x, &a.shape), (&y, &b.shape), &shape, |p, q| {
+                compare(op, p, q) as i64
+            })
+        }
+        (Values::I(x), Values::I(y)) => {
+            zip_broadcast((&x, &a.shape), (&y, &b.shape), &shape, |p, q| {
+                compare(op, p, q) as i64
+            })
+        }
+        _ => unreachable!("infer checks that operand dtypes match"),
+    };
+    HostTensor::from_i64(&out, shape, DType::Bool)
+}
+
+/// Element type conversion. Float sources: to float rounds to nearest, to an
+/// integer truncates toward zero and saturates with NaN → 0 (Rust `as`), to bool
+/// is `v != 0` (NaN → true). Integer/bool sources: to an integer wraps (keeps
+/// the low bits), to float rounds to nearest once, to bool is `v != 0`.
+/// Converting to the same dtype is an exact copy.
+pub(crate) fn convert(x: &HostTensor, to: DType) -> HostTensor {
+    if x.dtype == to {
+        return x.clone();
+    }
+    Values::of(x).encode(x.shape.clone(), to)
+}
+
+/// `value` converted to `dtype` with the [`convert`] rules (a float literal is a
+/// float source, an int literal an i64 source, a bool a bool source), repeated
+/// over `shape`.
+pub(crate) fn constant(value: Literal, shape: &Shape, dtype: DType) -> HostTensor {
+    let scalar = match value {
+        Literal::Float(v) => Values::F(vec![v]),
+        Literal::Int(v) => Values::I(vec![v]),
+        Literal::Bool(b) => Values::I(vec![b as i64]),
+    };
+    let one = scalar.encode(Shape::scalar(), dtype);
+    HostTensor {
+        shape: shape.clone(),
+        dtype,
+        bytes: one.bytes.repeat(shape.numel()),
+    }
+}
+
+/// `start + i * step` for `i in 0..len`: in f64 rounded once for float dtypes,
+/// in wrapping i64 then wrapped for integer dtypes.
+pub(crate) fn arange(start: Literal, step: Literal, len: usize, dtype: DType) -> HostTensor {
+    let shape = Shape::new(&[len]);
+    let values = if dtype.is_float() {
+        let (start, step) = (start.as_f64(), step.as_f64());
+        Values::F((0..len).map(|i| start + i as f64 * step).collect())
+    } else {
+        let (start, step) = (start.as_i64(), step.as_i64());
+        Values::I(
+            (0..len)
+                .map(|i| start.wrapping_add((i as i64).wrapping_mul(step)))
+                .collect(),
+        )
+    };
+    values.encode(shape, dtype)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integer_power() {
+        assert_eq!(pow_i(3, 4), 81);
+        assert_eq!(pow_i(-2, 3), -8);
+        assert_eq!(pow_i(0, 0), 1);
+        assert_eq!(pow_i(5, -1), 0);
+        assert_eq!(pow_i(1, -7), 1);
+        assert_eq!(pow_i(-1, -7), -1);
+        assert_eq!(pow_i(-1, -8), 1);
+        assert_eq!(pow_i(2, 64), 0);
+        assert_eq!(pow_i(3, 41), 3i64.wrapping_pow(41));
+        assert_eq!(pow_i(2, 63), i64::MIN);
+        assert_eq!(pow_i(-1, i64::MAX), -1);
+        assert_eq!(pow_i(-1, i64::MIN), 1);
+    }
+
+    #[test]
+    fn nan_and_signed_zero_extrema() {
+        assert!(fmax(f64::NAN, 1.0).is_nan() && fmax(1.0, f64::NAN).is_nan());
+        assert!(fmin(f64::NAN, 1.0).is_nan() && fmin(1.0, f64::NAN).is_nan());
+        assert!(fmax(-0.0, 0.0).is_sign_positive() && fmax(0.0, -0.0).is_sign_positive());
+        assert!(fmin(-0.0, 0.0).is_sign_negative() && fmin(0.0, -0.0).is_sign_negative());
+        assert_eq!(fmax(-3.0, 2.0), 2.0);
+        assert_eq!(fmin(-3.0, 2.0), -3.0);
+    }
+}

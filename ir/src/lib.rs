@@ -1,0 +1,22 @@
+//! # lazyfuse-ir
+//!
+//! The intermediate representation of lazyfuse, independent of any backend:
+//! element types, shapes, the closed [`Op`] set, shape/dtype inference (the one
+//! place that decides what is a valid call), the recorded [`Graph`] with
+//! structural hashes, and the reference interpreter ([`interp`]) that is the
+//! executable definition of every op's semantics. Nothing here knows about XLA.
+
+mod dtype;
+mod graph;
+mod host;
+mod infer;
+pub mod interp;
+mod op;
+mod shape;
+
+pub use dtype::{DType, Element};
+pub use graph::{node_hash, stable_hasher, Graph, Inputs, Node, NodeId};
+pub use host::HostTensor;
+pub use infer::{infer, normalize_axes, normalize_axis, reduced_shape, InferError, Operand};
+pub use op::{Axes, BinaryOp, CmpOp, Literal, Op, ReduceOp, UnaryOp};
+pub use shape::Shape;

@@ -1,0 +1,220 @@
+//! The closed op set. Every variant carries its attributes, so shape/dtype
+//! inference, hashing, lowering and the reference interpreter each see the
+//! whole meaning of a node from `(op, inputs)` alone.
+
+use crate::{DType, Shape};
+use smallvec::SmallVec;
+use std::hash::{Hash, Hasher};
+
+/// Axis lists (permutations, reduced axes), inline up to rank 4.
+pub type Axes = SmallVec<[usize; 4]>;
+
+/// A host scalar literal (for `full`, scalar operands and constants).
+/// Floats compare and hash by bit pattern so NaN and -0.0 are distinct literals.
+#[derive(Clone, Copy, Debug)]
+pub enum Literal {
+    Float(f64),
+    Int(i64),
+    Bool(bool),
+}
+
+impl Literal {
+    /// The literal as f64 (ints may round beyond 2^53).
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Literal::Float(v) => v,
+            Literal::Int(v) => v as f64,
+            Literal::Bool(b) => b as u8 as f64,
+        }
+    }
+
+    /// The literal as i64 (floats truncate toward zero, saturating).
+    pub fn as_i64(self) -> i64 {
+        match self {
+            Literal::Float(v) => v as i64,
+            Literal::Int(v) => v,
+            Literal::Bool(b) => b as i64,
+        }
+    }
+
+    /// Bits used for equality and hashing.
+    fn key(self) -> (u8, u64) {
+        match self {
+            Literal::Float(v) => (0, v.to_bits()),
+            Literal::Int(v) => (1, v as u64),
+            Literal::Bool(b) => (2, b as u64),
+        }
+    }
+}
+
+impl PartialEq for Literal {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+impl Eq for Literal {}
+impl Hash for Literal {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.key().hash(state)
+    }
+}
+
+macro_rules! op_family {
+    ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $v:ident => $s:literal),* $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name { $($(#[$vdoc])* $v),* }
+        impl $name {
+            /// Every member of the family, for sweeping tests.
+            pub const ALL: &'static [$name] = &[$($name::$v),*];
+            /// The user-facing op name.
+            pub fn name(self) -> &'static str {
+                match self { $($name::$v => $s),* }
+            }
+        }
+    };
+}
+
+op_family!(
+    /// Elementwise unary ops. All but `Neg` and `Abs` need a float dtype.
+    UnaryOp {
+        Neg => "neg", Abs => "abs", Exp => "exp", Log => "log", Sqrt => "sqrt",
+        Rsqrt => "rsqrt", Tanh => "tanh", Sigmoid => "sigmoid",
+        /// max(x, 0); defined for every numeric dtype.
+        Relu => "relu",
+        /// tanh approximation: 0.5x(1+tanh(0.7978845608028654(x+0.044715x^3))).
+        Gelu => "gelu",
+        Sin => "sin", Cos => "cos", Floor => "floor",
+    }
+);
+
+op_family!(
+    /// Elementwise binary ops with NumPy broadcasting; both operands share a dtype.
+    BinaryOp {
+        Add => "add", Sub => "sub", Mul => "mul",
+        /// Float division, or integer division truncating toward zero (x/0 = -1 as in XLA).
+        Div => "div",
+        Pow => "pow",
+        /// NaN-propagating maximum.
+        Maximum => "maximum",
+        /// NaN-propagating minimum.
+        Minimum => "minimum",
+    }
+);
+
+op_family!(
+    /// Elementwise comparisons with broadcasting, producing bool. NaN compares unequal.
+    CmpOp { Eq => "eq", Ne => "ne", Lt => "lt", Le => "le", Gt => "gt", Ge => "ge" }
+);
+
+op_family!(
+    /// Reductions over a set of axes.
+    ReduceOp { Sum => "sum", Mean => "mean", Max => "max", Min => "min" }
+);
+
+/// One node's operation. The set is closed: lowering and the interpreter match
+/// on it exhaustively, so adding an op is a compile error everywhere it matters.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// A materialised tensor entering the graph (a region parameter).
+    Input {
+        shape: Shape,
+        dtype: DType,
+    },
+    /// `value` converted to `dtype` and broadcast to `shape`.
+    Constant {
+        value: Literal,
+        shape: Shape,
+        dtype: DType,
+    },
+    /// 1-D `start + i * step` for `i in 0..len`, computed in `dtype`.
+    Arange {
+        start: Literal,
+        step: Literal,
+        len: usize,
+        dtype: DType,
+    },
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    Compare(CmpOp),
+    /// `where(cond, on_true, on_false)`, all three broadcast together.
+    Select,
+    /// Element type conversion. Float to int truncates toward zero.
+    Convert(DType),
+    /// Reduce `axes` (sorted, unique). Mean needs a float dtype.
+    Reduce {
+        op: ReduceOp,
+        axes: Axes,
+        keepdim: bool,
+    },
+    /// Index (i64) of the first maximum along `axis`; NaN counts as the maximum.
+    ArgMax {
+        axis: usize,
+        keepdim: bool,
+    },
+    /// Same elements, new shape (row-major order).
+    Reshape(Shape),
+    /// Output dim `i` is input dim `perm[i]`.
+    Permute(Axes),
+    /// NumPy-style broadcast to the given shape.
+    BroadcastTo(Shape),
+    /// `len` elements from `start` along `axis`.
+    Slice {
+        axis: usize,
+        start: usize,
+        len: usize,
+    },
+    /// Concatenation of all inputs along `axis`.
+    Concat {
+        axis: usize,
+    },
+    /// Batched matrix product `[..., m, k] x [..., k, n]` with broadcast batch dims.
+    MatMul,
+}
+
+impl Op {
+    /// A short name for errors, dumps and metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Input { .. } => "input",
+            Op::Constant { .. } => "constant",
+            Op::Arange { .. } => "arange",
+            Op::Unary(u) => u.name(),
+            Op::Binary(b) => b.name(),
+            Op::Compare(c) => c.name(),
+            Op::Select => "where_cond",
+            Op::Convert(_) => "to_dtype",
+            Op::Reduce { op, .. } => op.name(),
+            Op::ArgMax { .. } => "argmax",
+            Op::Reshape(_) => "reshape",
+            Op::Permute(_) => "permute",
+            Op::BroadcastTo(_) => "broadcast_to",
+            Op::Slice { .. } => "narrow",
+            Op::Concat { .. } => "cat",
+            Op::MatMul => "matmul",
+        }
+    }
+
+    /// True for graph leaves that read a materialised buffer.
+    pub fn is_input(&self) -> bool {
+        matches!(self, Op::Input { .. })
+    }
+
+    /// Number of operands the op takes (`None` = variadic, at least one).
+    pub fn arity(&self) -> Option<usize> {
+        Some(match self {
+            Op::Input { .. } | Op::Constant { .. } | Op::Arange { .. } => 0,
+            Op::Unary(_)
+            | Op::Convert(_)
+            | Op::Reduce { .. }
+            | Op::ArgMax { .. }
+            | Op::Reshape(_)
+            | Op::Permute(_)
+            | Op::BroadcastTo(_)
+            | Op::Slice { .. } => 1,
+            Op::Binary(_) | Op::Compare(_) | Op::MatMul => 2,
+            Op::Select => 3,
+            Op::Concat { .. } => return None,
+        })
+    }
+}

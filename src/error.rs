@@ -1,0 +1,63 @@
+//! The one error type of the public API.
+
+use std::fmt;
+use std::panic::Location;
+
+/// Everything that can go wrong, as a value: lazyfuse never panics on bad input.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum Error {
+    /// An op was called with invalid operands; returned by the op itself,
+    /// before anything is recorded.
+    #[error("{op}: {detail} (operands: {operands}) at {}", fmt_loc(.location))]
+    Op {
+        op: &'static str,
+        detail: String,
+        operands: String,
+        location: &'static Location<'static>,
+    },
+    /// XLA failed to compile or run a region; surfaces at the sync point,
+    /// naming the ops of the region and the user lines that recorded them.
+    #[error("XLA {stage} failed for region {region} [{ops}]: {message}")]
+    Xla {
+        stage: &'static str,
+        region: String,
+        ops: String,
+        message: String,
+    },
+    /// The PJRT plugin could not be found, provisioned or loaded.
+    #[error("PJRT plugin: {0}")]
+    Plugin(String),
+    /// Any other PJRT failure (transfers, device queries).
+    #[error("PJRT: {0}")]
+    Pjrt(String),
+}
+
+fn fmt_loc(l: &Location<'_>) -> String {
+    format!("{}:{}:{}", l.file(), l.line(), l.column())
+}
+
+impl Error {
+    /// An argument error for `op` at the caller's location.
+    pub(crate) fn op(
+        op: &'static str,
+        detail: impl fmt::Display,
+        operands: String,
+        location: &'static Location<'static>,
+    ) -> Self {
+        Error::Op {
+            op,
+            detail: detail.to_string(),
+            operands,
+            location,
+        }
+    }
+}
+
+impl From<crate::pjrt::Error> for Error {
+    fn from(e: crate::pjrt::Error) -> Self {
+        Error::Pjrt(e.to_string())
+    }
+}
+
+/// Result alias used throughout the API.
+pub type Result<T> = std::result::Result<T, Error>;

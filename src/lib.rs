@@ -1,0 +1,40 @@
+//! # lazyfuse
+//!
+//! Eager tensor semantics with fused-kernel speed. Every op on a [`Tensor`] is
+//! validated at the call site and recorded into the calling thread's graph; at
+//! a sync point (`to_vec`, `item`, `realize`, [`sync`], `Display`) the graph is
+//! cut into fused regions, each lowered to StableHLO, compiled by XLA through
+//! its PJRT plugin (cached by a canonical key) and run on the device.
+//!
+//! ```no_run
+//! use lazyfuse::{Device, Tensor, DType};
+//! # fn main() -> lazyfuse::Result<()> {
+//! let dev = Device::cpu()?;
+//! let x = Tensor::arange(0.0, 6.0, DType::F32, &dev)?.reshape(&[2, 3])?;
+//! let y = (x.exp()? * 2.0)?.sum(&[-1], false)?; // recorded, not run
+//! println!("{y}");                               // flush: one fused region
+//! # Ok(()) }
+//! ```
+
+mod config;
+mod context;
+mod device;
+mod dump;
+mod error;
+mod lower;
+pub mod metrics;
+mod pjrt;
+mod plugin;
+mod runtime;
+mod tensor;
+
+pub use config::{fusion_enabled, max_pending_ops, set_fusion, set_max_pending_ops, FusionGuard};
+pub use context::pending_ops;
+pub use device::Device;
+pub use error::{Error, Result};
+pub use lazyfuse_ir::{DType, Element, HostTensor, Shape};
+pub use tensor::{sync, Tensor};
+
+/// The IR and planner crates, for tools that inspect graphs and plans.
+pub use lazyfuse_fusion as fusion;
+pub use lazyfuse_ir as ir;

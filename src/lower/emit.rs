@@ -1,0 +1,181 @@
+//! Text emission helpers shared by the op lowerings.
+
+use lazyfuse_ir::{DType, Graph, HostTensor, Literal, NodeId, Shape};
+use std::fmt::Write;
+use std::panic::Location;
+
+/// MLIR tensor type, e.g. `tensor<2x3xf32>` or `tensor<f32>`.
+pub fn ty(shape: &Shape, dtype: DType) -> String {
+    let mut s = String::from("tensor<");
+    for d in shape.dims() {
+        let _ = write!(s, "{d}x");
+    }
+    s.push_str(dtype.mlir_name());
+    s.push('>');
+    s
+}
+
+/// `array<i64: ...>` attribute body.
+pub fn i64_array(v: impl IntoIterator<Item = usize>) -> String {
+    let items: Vec<String> = v.into_iter().map(|x| x.to_string()).collect();
+    if items.is_empty() {
+        "array<i64>".to_string()
+    } else {
+        format!("array<i64: {}>", items.join(", "))
+    }
+}
+
+/// Exact MLIR spelling of `value` converted to `dtype` (hex bit patterns for
+/// floats so NaN, infinities, -0.0 and subnormals survive).
+pub fn literal(value: Literal, dtype: DType) -> String {
+    let one = Shape::scalar();
+    let t = match value {
+        Literal::Float(f) => HostTensor::from_f64(&[f], one, dtype),
+        Literal::Int(i) => HostTensor::from_i64(&[i], one, dtype),
+        Literal::Bool(b) => HostTensor::from_i64(&[b as i64], one, dtype),
+    };
+    match dtype {
+        DType::Bool => (if t.bytes[0] != 0 { "true" } else { "false" }).to_string(),
+        DType::U8 => t.bytes[0].to_string(),
+        DType::I32 | DType::I64 => t.to_i64_vec()[0].to_string(),
+        _ => {
+            let mut s = String::from("0x");
+            for b in t.bytes.iter().rev() {
+                let _ = write!(s, "{b:02X}");
+            }
+            s
+        }
+    }
+}
+
+/// Accumulates the body of `@main`, naming SSA values.
+pub struct Emitter<'g> {
+    pub graph: &'g Graph,
+    pub body: String,
+    names: Vec<Option<String>>,
+    next: usize,
+    loc: String,
+}
+
+impl<'g> Emitter<'g> {
+    pub fn new(graph: &'g Graph) -> Self {
+        Emitter {
+            graph,
+            body: String::new(),
+            names: vec![None; graph.len()],
+            next: 0,
+            loc: String::new(),
+        }
+    }
+
+    /// Names the value of node `id`.
+    pub fn bind(&mut self, id: NodeId, name: String) {
+        self.names[id.index()] = Some(name);
+    }
+
+    /// The SSA name holding node `id`'s value.
+    pub fn value(&self, id: NodeId) -> String {
+        self.names[id.index()]
+            .clone()
+            .unwrap_or_else(|| panic!("lowering bug: node {id:?} used before it was lowered"))
+    }
+
+    /// Sets the location attached to the ops emitted next.
+    pub fn set_loc(&mut self, op: &str, origin: &Location<'_>) {
+        let file = origin.file().replace('\\', "/").replace('"', "'");
+        self.loc = format!(
+            "loc(\"{op} @ {file}:{}:{}\")",
+            origin.line(),
+            origin.column()
+        );
+    }
+
+    /// A fresh SSA name.
+    pub fn fresh(&mut self) -> String {
+        self.next += 1;
+        format!("%v{}", self.next)
+    }
+
+    /// Emits `%r = "name"(args) {attrs} : (arg types) -> result type`, returns `%r`.
+    pub fn op(&mut self, name: &str, args: &[(&str, String)], attrs: &str, result: &str) -> String {
+        let r = self.fresh();
+        let names: Vec<&str> = args.iter().map(|(n, _)| *n).collect();
+        let types: Vec<&str> = args.iter().map(|(_, t)| t.as_str()).collect();
+        let attrs = if attrs.is_empty() {
+            String::new()
+        } else {
+            format!(" {{{attrs}}}")
+        };
+        let _ = writeln!(
+            self.body,
+            "    {r} = \"{name}\"({}){attrs} : ({}) -> {result} {}",
+            names.join(", "),
+            types.join(", "),
+            self.loc
+        );
+        r
+    }
+
+    /// A constant of `dtype` broadcast to `shape`.
+    pub fn constant(&mut self, value: Literal, shape: &Shape, dtype: DType) -> String {
+        let st = ty(&Shape::scalar(), dtype);
+        let attr = format!("value = dense<{}> : {st}", literal(value, dtype));
+        let c = self.op("stablehlo.constant", &[], &attr, &st);
+        self.broadcast(&c, &Shape::scalar(), shape, dtype)
+    }
+
+    /// NumPy broadcast of value `v` from `from` to `to` (no-op when equal).
+    pub fn broadcast(&mut self, v: &str, from: &Shape, to: &Shape, dtype: DType) -> String {
+        if from == to {
+            return v.to_string();
+        }
+        let off = to.rank() - from.rank();
+        let attr = format!("broadcast_dimensions = {}", i64_array(off..to.rank()));
+        self.op(
+            "stablehlo.broadcast_in_dim",
+            &[(v, ty(from, dtype))],
+            &attr,
+            &ty(to, dtype),
+        )
+    }
+
+    /// Elementwise op whose operands already share `shape`.
+    pub fn eltwise(
+        &mut self,
+        name: &str,
+        args: &[&str],
+        shape: &Shape,
+        dtype: DType,
+        out: DType,
+    ) -> String {
+        let t = ty(shape, dtype);
+        let a: Vec<(&str, String)> = args.iter().map(|&x| (x, t.clone())).collect();
+        self.op(name, &a, "", &ty(shape, out))
+    }
+
+    /// Element type conversion.
+    pub fn convert(&mut self, v: &str, shape: &Shape, from: DType, to: DType) -> String {
+        if from == to {
+            return v.to_string();
+        }
+        self.op(
+            "stablehlo.convert",
+            &[(v, ty(shape, from))],
+            "",
+            &ty(shape, to),
+        )
+    }
+
+    /// Reshape.
+    pub fn reshape(&mut self, v: &str, from: &Shape, to: &Shape, dtype: DType) -> String {
+        if from == to {
+            return v.to_string();
+        }
+        self.op(
+            "stablehlo.reshape",
+            &[(v, ty(from, dtype))],
+            "",
+            &ty(to, dtype),
+        )
+    }
+}

@@ -1,0 +1,445 @@
+//! Per-op lowering rules (the StableHLO meaning of each IR op).
+
+use super::emit::{i64_array, ty, Emitter};
+use lazyfuse_ir::{BinaryOp, CmpOp, DType, Literal, NodeId, Op, ReduceOp, Shape, UnaryOp};
+use std::fmt::Write;
+
+/// Lowers node `id` (its operands are already lowered) and binds its value.
+pub fn lower_node(e: &mut Emitter<'_>, id: NodeId) {
+    let g = e.graph;
+    let node = g.node(id);
+    e.set_loc(node.op.name(), node.origin);
+    let (shape, dt) = (&node.shape, node.dtype);
+    let arg = |k: usize| node.inputs[k];
+    // Operand `k` broadcast to the output shape, keeping its own dtype.
+    let bcast = |e: &mut Emitter<'_>, k: usize| {
+        let n = g.node(arg(k));
+        let v = e.value(arg(k));
+        e.broadcast(&v, &n.shape, shape, n.dtype)
+    };
+    let v = match &node.op {
+        Op::Input { .. } => panic!("lowering bug: input node {id:?} must be a region parameter"),
+        Op::Constant { value, .. } => e.constant(*value, shape, dt),
+        Op::Arange {
+            start,
+            step,
+            len,
+            dtype,
+        } => arange(e, *start, *step, *len, *dtype),
+        Op::Unary(u) => {
+            let x = e.value(arg(0));
+            unary(e, *u, &x, shape, dt)
+        }
+        Op::Binary(b) => {
+            let (x, y) = (bcast(e, 0), bcast(e, 1));
+            binary(e, *b, &x, &y, shape, dt)
+        }
+        Op::Compare(c) => {
+            let (x, y) = (bcast(e, 0), bcast(e, 1));
+            compare(e, *c, &x, &y, shape, g.node(arg(0)).dtype)
+        }
+        Op::Select => {
+            let (c, x, y) = (bcast(e, 0), bcast(e, 1), bcast(e, 2));
+            let t = ty(shape, dt);
+            e.op(
+                "stablehlo.select",
+                &[
+                    (&c, ty(shape, DType::Bool)),
+                    (&x, t.clone()),
+                    (&y, t.clone()),
+                ],
+                "",
+                &t,
+            )
+        }
+        Op::Convert(to) => {
+            let n = g.node(arg(0));
+            let x = e.value(arg(0));
+            e.convert(&x, shape, n.dtype, *to)
+        }
+        Op::Reduce { op, axes, keepdim } => {
+            let n = g.node(arg(0));
+            let x = e.value(arg(0));
+            reduce(e, *op, &x, &n.shape, axes, *keepdim, shape, dt)
+        }
+        Op::ArgMax { axis, .. } => {
+            let n = g.node(arg(0));
+            let x = e.value(arg(0));
+            argmax(e, &x, &n.shape, n.dtype, *axis, shape)
+        }
+        Op::Reshape(_) => {
+            let n = g.node(arg(0));
+            let x = e.value(arg(0));
+            e.reshape(&x, &n.shape, shape, dt)
+        }
+        Op::Permute(perm) => {
+            let n = g.node(arg(0));
+            let x = e.value(arg(0));
+            let attr = format!("permutation = {}", i64_array(perm.iter().copied()));
+            e.op(
+                "stablehlo.transpose",
+                &[(&x, ty(&n.shape, dt))],
+                &attr,
+                &ty(shape, dt),
+            )
+        }
+        Op::BroadcastTo(_) => bcast(e, 0),
+        Op::Slice { axis, start, len } => {
+            let n = g.node(arg(0));
+            let x = e.value(arg(0));
+            let starts = (0..n.shape.rank()).map(|i| if i == *axis { *start } else { 0 });
+            let limits = (0..n.shape.rank()).map(|i| {
+                if i == *axis {
+                    start + len
+                } else {
+                    n.shape.dims()[i]
+                }
+            });
+            let attr = format!(
+                "start_indices = {}, limit_indices = {}, strides = {}",
+                i64_array(starts),
+                i64_array(limits),
+                i64_array(std::iter::repeat_n(1, n.shape.rank()))
+            );
+            e.op(
+                "stablehlo.slice",
+                &[(&x, ty(&n.shape, dt))],
+                &attr,
+                &ty(shape, dt),
+            )
+        }
+        Op::Concat { axis } => {
+            let args: Vec<(String, String)> = node
+                .inputs
+                .iter()
+                .map(|&i| (e.value(i), ty(&g.node(i).shape, dt)))
+                .collect();
+            let refs: Vec<(&str, String)> =
+                args.iter().map(|(v, t)| (v.as_str(), t.clone())).collect();
+            e.op(
+                "stablehlo.concatenate",
+                &refs,
+                &format!("dimension = {axis} : i64"),
+                &ty(shape, dt),
+            )
+        }
+        Op::MatMul => matmul(e, id),
+    };
+    e.bind(id, v);
+}
+
+fn arange(e: &mut Emitter<'_>, start: Literal, step: Literal, len: usize, dt: DType) -> String {
+    // Computed in f64 (floats) or i64 (ints) and converted once, exactly like
+    // the reference interpreter.
+    let s = Shape::new(&[len]);
+    let wide = if dt.is_float() {
+        DType::F64
+    } else {
+        DType::I64
+    };
+    let iota = e.op(
+        "stablehlo.iota",
+        &[],
+        "iota_dimension = 0 : i64",
+        &ty(&s, DType::I64),
+    );
+    let i = e.convert(&iota, &s, DType::I64, wide);
+    let (st, sp) = if dt.is_float() {
+        (
+            Literal::Float(start.as_f64()),
+            Literal::Float(step.as_f64()),
+        )
+    } else {
+        (Literal::Int(start.as_i64()), Literal::Int(step.as_i64()))
+    };
+    let stepc = e.constant(sp, &s, wide);
+    let startc = e.constant(st, &s, wide);
+    let m = e.eltwise("stablehlo.multiply", &[&i, &stepc], &s, wide, wide);
+    let a = e.eltwise("stablehlo.add", &[&m, &startc], &s, wide, wide);
+    e.convert(&a, &s, wide, dt)
+}
+
+fn unary(e: &mut Emitter<'_>, u: UnaryOp, x: &str, s: &Shape, dt: DType) -> String {
+    let simple = |name: &str, e: &mut Emitter<'_>| e.eltwise(name, &[x], s, dt, dt);
+    match u {
+        UnaryOp::Neg if dt == DType::U8 => {
+            let z = e.constant(Literal::Int(0), s, dt);
+            e.eltwise("stablehlo.subtract", &[&z, x], s, dt, dt)
+        }
+        UnaryOp::Abs if dt == DType::U8 => x.to_string(),
+        UnaryOp::Neg => simple("stablehlo.negate", e),
+        UnaryOp::Abs => simple("stablehlo.abs", e),
+        UnaryOp::Exp => simple("stablehlo.exponential", e),
+        UnaryOp::Log => simple("stablehlo.log", e),
+        UnaryOp::Sqrt => simple("stablehlo.sqrt", e),
+        UnaryOp::Rsqrt => simple("stablehlo.rsqrt", e),
+        UnaryOp::Tanh => simple("stablehlo.tanh", e),
+        UnaryOp::Sigmoid => simple("stablehlo.logistic", e),
+        UnaryOp::Sin => simple("stablehlo.sine", e),
+        UnaryOp::Cos => simple("stablehlo.cosine", e),
+        UnaryOp::Floor => simple("stablehlo.floor", e),
+        UnaryOp::Relu => {
+            let z = e.constant(Literal::Int(0), s, dt);
+            e.eltwise("stablehlo.maximum", &[x, &z], s, dt, dt)
+        }
+        UnaryOp::Gelu => {
+            let c = |e: &mut Emitter<'_>, v: f64| e.constant(Literal::Float(v), s, dt);
+            let mul = |e: &mut Emitter<'_>, a: &str, b: &str| {
+                e.eltwise("stablehlo.multiply", &[a, b], s, dt, dt)
+            };
+            let x2 = mul(e, x, x);
+            let x3 = mul(e, &x2, x);
+            let k = c(e, 0.044715);
+            let kx3 = mul(e, &k, &x3);
+            let inner = e.eltwise("stablehlo.add", &[x, &kx3], s, dt, dt);
+            let r = c(e, 0.797_884_560_802_865_4);
+            let arg = mul(e, &r, &inner);
+            let t = e.eltwise("stablehlo.tanh", &[&arg], s, dt, dt);
+            let one = c(e, 1.0);
+            let onept = e.eltwise("stablehlo.add", &[&one, &t], s, dt, dt);
+            let half = c(e, 0.5);
+            let hx = mul(e, &half, x);
+            mul(e, &hx, &onept)
+        }
+    }
+}
+
+fn binary(e: &mut Emitter<'_>, b: BinaryOp, x: &str, y: &str, s: &Shape, dt: DType) -> String {
+    let name = match b {
+        BinaryOp::Add => "stablehlo.add",
+        BinaryOp::Sub => "stablehlo.subtract",
+        BinaryOp::Mul => "stablehlo.multiply",
+        BinaryOp::Div => "stablehlo.divide",
+        BinaryOp::Pow => "stablehlo.power",
+        BinaryOp::Maximum => "stablehlo.maximum",
+        BinaryOp::Minimum => "stablehlo.minimum",
+    };
+    e.eltwise(name, &[x, y], s, dt, dt)
+}
+
+fn compare_type(dt: DType) -> &'static str {
+    match dt {
+        d if d.is_float() => "FLOAT",
+        DType::I32 | DType::I64 => "SIGNED",
+        _ => "UNSIGNED",
+    }
+}
+
+fn compare_attr(c: CmpOp, dt: DType) -> String {
+    let dir = match c {
+        CmpOp::Eq => "EQ",
+        CmpOp::Ne => "NE",
+        CmpOp::Lt => "LT",
+        CmpOp::Le => "LE",
+        CmpOp::Gt => "GT",
+        CmpOp::Ge => "GE",
+    };
+    format!(
+        "comparison_direction = #stablehlo<comparison_direction {dir}>, compare_type = #stablehlo<comparison_type {}>",
+        compare_type(dt)
+    )
+}
+
+fn compare(e: &mut Emitter<'_>, c: CmpOp, x: &str, y: &str, s: &Shape, dt: DType) -> String {
+    let t = ty(s, dt);
+    e.op(
+        "stablehlo.compare",
+        &[(x, t.clone()), (y, t)],
+        &compare_attr(c, dt),
+        &ty(s, DType::Bool),
+    )
+}
+
+/// The identity element of a reduction.
+fn reduce_init(op: ReduceOp, dt: DType) -> Literal {
+    match (op, dt) {
+        (ReduceOp::Sum | ReduceOp::Mean, _) => Literal::Int(0),
+        (ReduceOp::Max, d) if d.is_float() => Literal::Float(f64::NEG_INFINITY),
+        (ReduceOp::Min, d) if d.is_float() => Literal::Float(f64::INFINITY),
+        (ReduceOp::Max, DType::I32) => Literal::Int(i32::MIN as i64),
+        (ReduceOp::Min, DType::I32) => Literal::Int(i32::MAX as i64),
+        (ReduceOp::Max, DType::I64) => Literal::Int(i64::MIN),
+        (ReduceOp::Min, DType::I64) => Literal::Int(i64::MAX),
+        (ReduceOp::Max, _) => Literal::Int(0),
+        (ReduceOp::Min, _) => Literal::Int(255),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn reduce(
+    e: &mut Emitter<'_>,
+    op: ReduceOp,
+    x: &str,
+    in_shape: &Shape,
+    axes: &[usize],
+    keepdim: bool,
+    out_shape: &Shape,
+    dt: DType,
+) -> String {
+    if axes.is_empty() {
+        return x.to_string();
+    }
+    // Half-precision sums accumulate in f32, as a serious runtime must.
+    let acc =
+        if matches!(dt, DType::BF16 | DType::F16) && matches!(op, ReduceOp::Sum | ReduceOp::Mean) {
+            DType::F32
+        } else {
+            dt
+        };
+    let xin = e.convert(x, in_shape, dt, acc);
+    let flat = lazyfuse_ir::reduced_shape(in_shape, axes, false);
+    let init = e.constant(reduce_init(op, acc), &Shape::scalar(), acc);
+    let body = match op {
+        ReduceOp::Sum | ReduceOp::Mean => "stablehlo.add",
+        ReduceOp::Max => "stablehlo.maximum",
+        ReduceOp::Min => "stablehlo.minimum",
+    };
+    let r = e.fresh();
+    let st = ty(&Shape::scalar(), acc);
+    let _ = writeln!(
+        e.body,
+        "    {r} = \"stablehlo.reduce\"({xin}, {init}) ({{\n    ^bb0({r}a: {st}, {r}b: {st}):\n      {r}c = \"{body}\"({r}a, {r}b) : ({st}, {st}) -> {st}\n      \"stablehlo.return\"({r}c) : ({st}) -> ()\n    }}) {{dimensions = {}}} : ({}, {st}) -> {}",
+        i64_array(axes.iter().copied()),
+        ty(in_shape, acc),
+        ty(&flat, acc)
+    );
+    let mut v = r;
+    if op == ReduceOp::Mean {
+        let count: usize = axes.iter().map(|&a| in_shape.dims()[a]).product();
+        let c = e.constant(Literal::Float(count as f64), &flat, acc);
+        v = e.eltwise("stablehlo.divide", &[&v, &c], &flat, acc, acc);
+    }
+    let v = e.convert(&v, &flat, acc, dt);
+    if keepdim {
+        e.reshape(&v, &flat, out_shape, dt)
+    } else {
+        v
+    }
+}
+
+fn argmax(
+    e: &mut Emitter<'_>,
+    x: &str,
+    in_shape: &Shape,
+    dt: DType,
+    axis: usize,
+    out_shape: &Shape,
+) -> String {
+    let flat = lazyfuse_ir::reduced_shape(in_shape, &[axis], false);
+    let idx = e.op(
+        "stablehlo.iota",
+        &[],
+        &format!("iota_dimension = {axis} : i64"),
+        &ty(in_shape, DType::I64),
+    );
+    let init_v = e.constant(reduce_init(ReduceOp::Max, dt), &Shape::scalar(), dt);
+    let init_i = e.constant(Literal::Int(0), &Shape::scalar(), DType::I64);
+    let r = e.fresh();
+    let sv = ty(&Shape::scalar(), dt);
+    let si = ty(&Shape::scalar(), DType::I64);
+    let sb = ty(&Shape::scalar(), DType::Bool);
+    let cmp = |c: CmpOp, d: DType| compare_attr(c, d);
+    // Pick a if: a is NaN and (b is not NaN or ai < bi); or neither is NaN and
+    // (a > b or (a == b and ai < bi)). Associative and commutative, so XLA may
+    // combine in any order.
+    let mut b = String::new();
+    let _ = writeln!(
+        b,
+        "    ^bb0({r}av: {sv}, {r}ai: {si}, {r}bv: {sv}, {r}bi: {si}):"
+    );
+    let mut line = |s: String| {
+        let _ = writeln!(b, "      {s}");
+    };
+    line(format!(
+        "{r}an = \"stablehlo.compare\"({r}av, {r}av) {{{}}} : ({sv}, {sv}) -> {sb}",
+        cmp(CmpOp::Ne, dt)
+    ));
+    line(format!(
+        "{r}bn = \"stablehlo.compare\"({r}bv, {r}bv) {{{}}} : ({sv}, {sv}) -> {sb}",
+        cmp(CmpOp::Ne, dt)
+    ));
+    line(format!(
+        "{r}gt = \"stablehlo.compare\"({r}av, {r}bv) {{{}}} : ({sv}, {sv}) -> {sb}",
+        cmp(CmpOp::Gt, dt)
+    ));
+    line(format!(
+        "{r}eq = \"stablehlo.compare\"({r}av, {r}bv) {{{}}} : ({sv}, {sv}) -> {sb}",
+        cmp(CmpOp::Eq, dt)
+    ));
+    line(format!(
+        "{r}lt = \"stablehlo.compare\"({r}ai, {r}bi) {{{}}} : ({si}, {si}) -> {sb}",
+        cmp(CmpOp::Lt, DType::I64)
+    ));
+    line(format!(
+        "{r}nbn = \"stablehlo.not\"({r}bn) : ({sb}) -> {sb}"
+    ));
+    line(format!(
+        "{r}t1 = \"stablehlo.or\"({r}nbn, {r}lt) : ({sb}, {sb}) -> {sb}"
+    ));
+    line(format!(
+        "{r}t2 = \"stablehlo.and\"({r}eq, {r}lt) : ({sb}, {sb}) -> {sb}"
+    ));
+    line(format!(
+        "{r}t3 = \"stablehlo.or\"({r}gt, {r}t2) : ({sb}, {sb}) -> {sb}"
+    ));
+    line(format!(
+        "{r}t4 = \"stablehlo.and\"({r}nbn, {r}t3) : ({sb}, {sb}) -> {sb}"
+    ));
+    line(format!(
+        "{r}pick = \"stablehlo.select\"({r}an, {r}t1, {r}t4) : ({sb}, {sb}, {sb}) -> {sb}"
+    ));
+    line(format!(
+        "{r}v = \"stablehlo.select\"({r}pick, {r}av, {r}bv) : ({sb}, {sv}, {sv}) -> {sv}"
+    ));
+    line(format!(
+        "{r}i = \"stablehlo.select\"({r}pick, {r}ai, {r}bi) : ({sb}, {si}, {si}) -> {si}"
+    ));
+    line(format!(
+        "\"stablehlo.return\"({r}v, {r}i) : ({sv}, {si}) -> ()"
+    ));
+    let _ = writeln!(
+        e.body,
+        "    {r}:2 = \"stablehlo.reduce\"({x}, {idx}, {init_v}, {init_i}) ({{\n{b}    }}) {{dimensions = {}}} : ({}, {}, {sv}, {si}) -> ({}, {})",
+        i64_array([axis]),
+        ty(in_shape, dt),
+        ty(in_shape, DType::I64),
+        ty(&flat, dt),
+        ty(&flat, DType::I64)
+    );
+    let v = format!("{r}#1");
+    e.reshape(&v, &flat, out_shape, DType::I64)
+}
+
+fn matmul(e: &mut Emitter<'_>, id: NodeId) -> String {
+    let g = e.graph;
+    let node = g.node(id);
+    let (a, b) = (g.node(node.inputs[0]), g.node(node.inputs[1]));
+    let out = &node.shape;
+    let batch = &out.dims()[..out.rank() - 2];
+    let nb = batch.len();
+    let full = |s: &Shape| {
+        let mut d = batch.to_vec();
+        d.extend_from_slice(&s.dims()[s.rank() - 2..]);
+        Shape::new(&d)
+    };
+    let (sa, sb) = (full(&a.shape), full(&b.shape));
+    let va = e.value(node.inputs[0]);
+    let vb = e.value(node.inputs[1]);
+    let va = e.broadcast(&va, &a.shape, &sa, a.dtype);
+    let vb = e.broadcast(&vb, &b.shape, &sb, b.dtype);
+    let bd = (0..nb)
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let attr = format!(
+        "dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = [{bd}], rhs_batching_dimensions = [{bd}], lhs_contracting_dimensions = [{}], rhs_contracting_dimensions = [{}]>",
+        nb + 1,
+        nb
+    );
+    e.op(
+        "stablehlo.dot_general",
+        &[(&va, ty(&sa, a.dtype)), (&vb, ty(&sb, b.dtype))],
+        &attr,
+        &ty(out, node.dtype),
+    )
+}

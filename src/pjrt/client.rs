@@ -1,0 +1,254 @@
+//! The PJRT client: device enumeration, compilation, host-to-device uploads
+//! and executable deserialization.
+
+use std::ptr::{self, NonNull};
+use std::sync::Arc;
+use std::time::Instant;
+
+use lazyfuse_ir::DType;
+
+use super::api::{plugin_string, Event, Plugin};
+use super::buffer::{buffer_type, dense_size, Buffer};
+use super::error::{Error, Result};
+use super::executable::LoadedExecutable;
+use super::options::portable_compile_options_bytes;
+use super::sys;
+use super::PjrtStruct;
+
+/// The owned `PJRT_Client`, shared by the [`Client`] handle and every buffer
+/// and executable created from it, so the client is destroyed last.
+pub(crate) struct ClientInner {
+    pub(crate) plugin: Arc<Plugin>,
+    pub(crate) raw: NonNull<sys::PJRT_Client>,
+    /// Addressable devices, in the plugin's order; owned by the client.
+    devices: Vec<NonNull<sys::PJRT_Device>>,
+}
+
+// SAFETY: a PJRT client is thread-safe by contract (all client entry points
+// may be called concurrently); device pointers are immutable handles owned by
+// the client.
+unsafe impl Send for ClientInner {}
+// SAFETY: as above.
+unsafe impl Sync for ClientInner {}
+
+impl ClientInner {
+    /// The addressable device at `index`, or an error naming the valid range.
+    pub(crate) fn device(&self, index: usize, what: &str) -> Result<*mut sys::PJRT_Device> {
+        self.devices.get(index).map(|d| d.as_ptr()).ok_or_else(|| {
+            Error::binding(format!(
+                "{what}: device index {index} out of range (the client has {} addressable devices)",
+                self.devices.len()
+            ))
+        })
+    }
+}
+
+impl Drop for ClientInner {
+    fn drop(&mut self) {
+        let mut a = sys::PJRT_Client_Destroy_Args::new();
+        a.client = self.raw.as_ptr();
+        let r = pjrt_call!(&*self.plugin, PJRT_Client_Destroy, &mut a);
+        self.plugin.log_drop_error("client", r);
+    }
+}
+
+/// A PJRT client: the entry point for compiling programs and moving data to
+/// the plugin's devices.
+///
+/// Cheap to share across threads (`Send + Sync`; PJRT clients are
+/// thread-safe). Buffers and executables created from it keep the underlying
+/// `PJRT_Client` alive, so dropping the `Client` handle early is fine.
+pub struct Client {
+    inner: Arc<ClientInner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("plugin", &self.inner.plugin)
+            .field("devices", &self.inner.devices.len())
+            .finish()
+    }
+}
+
+impl Client {
+    /// Creates a client on `plugin` with default options and enumerates its
+    /// addressable devices.
+    pub fn new(plugin: Arc<Plugin>) -> Result<Client> {
+        let mut a = sys::PJRT_Client_Create_Args::new();
+        pjrt_call!(&*plugin, PJRT_Client_Create, &mut a)?;
+        let raw = NonNull::new(a.client).ok_or_else(|| {
+            Error::binding("PJRT_Client_Create: plugin returned no client and no error")
+        })?;
+        // From here on `inner`'s Drop destroys the client, also on error.
+        let mut inner = ClientInner {
+            plugin,
+            raw,
+            devices: Vec::new(),
+        };
+
+        let mut d = sys::PJRT_Client_AddressableDevices_Args::new();
+        d.client = raw.as_ptr();
+        pjrt_call!(&*inner.plugin, PJRT_Client_AddressableDevices, &mut d)?;
+        if d.num_addressable_devices > 0 {
+            // SAFETY: the plugin returns `num_addressable_devices` device
+            // pointers owned by (and living as long as) the client.
+            let devs = unsafe {
+                std::slice::from_raw_parts(d.addressable_devices, d.num_addressable_devices)
+            };
+            inner.devices = devs.iter().filter_map(|&p| NonNull::new(p)).collect();
+        }
+        Ok(Client {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The plugin this client runs on.
+    pub fn plugin(&self) -> &Arc<Plugin> {
+        &self.inner.plugin
+    }
+
+    /// The platform name (e.g. `"cpu"`), for logs and for keying caches of
+    /// serialized executables.
+    pub fn platform_name(&self) -> Result<String> {
+        let mut a = sys::PJRT_Client_PlatformName_Args::new();
+        a.client = self.inner.raw.as_ptr();
+        pjrt_call!(&*self.inner.plugin, PJRT_Client_PlatformName, &mut a)?;
+        // SAFETY: owned by the client, valid for `platform_name_size` bytes.
+        Ok(unsafe { plugin_string(a.platform_name, a.platform_name_size) })
+    }
+
+    /// The platform version string, for logs and for keying caches of
+    /// serialized executables (which are only valid for the same version).
+    pub fn platform_version(&self) -> Result<String> {
+        let mut a = sys::PJRT_Client_PlatformVersion_Args::new();
+        a.client = self.inner.raw.as_ptr();
+        pjrt_call!(&*self.inner.plugin, PJRT_Client_PlatformVersion, &mut a)?;
+        // SAFETY: owned by the client, valid for `platform_version_size` bytes.
+        Ok(unsafe { plugin_string(a.platform_version, a.platform_version_size) })
+    }
+
+    /// Number of addressable devices; valid device indices are `0..count`.
+    pub fn addressable_device_count(&self) -> usize {
+        self.inner.devices.len()
+    }
+
+    /// Compiles a StableHLO module given as MLIR text (generic or pretty
+    /// syntax, entry function `@main`).
+    ///
+    /// The executable is single-replica, single-partition and portable, so
+    /// [`LoadedExecutable::execute`] can run it on any addressable device. A
+    /// module that does not parse or verify is an `Err` carrying the
+    /// compiler's diagnostic; the client stays usable.
+    pub fn compile(&self, stablehlo_text: &str) -> Result<LoadedExecutable> {
+        let start = Instant::now();
+        let format = "mlir";
+        let mut program = sys::PJRT_Program::new();
+        // The C API declares `code` mutable for other uses; Compile only reads it.
+        program.code = stablehlo_text.as_ptr().cast_mut().cast();
+        program.code_size = stablehlo_text.len();
+        program.format = format.as_ptr().cast();
+        program.format_size = format.len();
+
+        let options = if std::env::var_os("XXX_NONPORTABLE").is_some() {
+            super::options::compile_options_bytes()
+        } else {
+            portable_compile_options_bytes()
+        }; // XXX experiment
+        let mut a = sys::PJRT_Client_Compile_Args::new();
+        a.client = self.inner.raw.as_ptr();
+        a.program = &program;
+        a.compile_options = options.as_ptr().cast();
+        a.compile_options_size = options.len();
+        pjrt_call!(&*self.inner.plugin, PJRT_Client_Compile, &mut a)?;
+        let exe = LoadedExecutable::from_raw(
+            Arc::clone(&self.inner),
+            a.executable,
+            "PJRT_Client_Compile",
+        )?;
+        tracing::debug!(
+            elapsed_ms = start.elapsed().as_secs_f64() * 1e3,
+            bytes = stablehlo_text.len(),
+            "PJRT: compiled StableHLO module"
+        );
+        Ok(exe)
+    }
+
+    /// Copies a dense host array to addressable device `device` and waits
+    /// until the plugin no longer reads `bytes`, so the caller may free or
+    /// reuse them as soon as this returns.
+    ///
+    /// `bytes` is little-endian, row-major, with `dims` in elements (empty
+    /// `dims` = scalar); its length must equal the dense size, otherwise
+    /// `Err`. Zero-element arrays are supported.
+    pub fn buffer_from_host(
+        &self,
+        bytes: &[u8],
+        dtype: DType,
+        dims: &[usize],
+        device: usize,
+    ) -> Result<Buffer> {
+        const WHAT: &str = "PJRT_Client_BufferFromHostBuffer";
+        let dev = self.inner.device(device, WHAT)?;
+        let need = dense_size(dtype, dims, WHAT)?;
+        if bytes.len() != need {
+            return Err(Error::binding(format!(
+                "{WHAT}: {} bytes given for a {dtype}{dims:?} array, which needs exactly {need}",
+                bytes.len()
+            )));
+        }
+        let dims_i64 = dims
+            .iter()
+            .map(|&d| i64::try_from(d))
+            .collect::<std::result::Result<Vec<i64>, _>>()
+            .map_err(|_| Error::binding(format!("{WHAT}: dimension in {dims:?} exceeds i64")))?;
+
+        let plugin = &*self.inner.plugin;
+        let mut a = sys::PJRT_Client_BufferFromHostBuffer_Args::new();
+        a.client = self.inner.raw.as_ptr();
+        a.data = bytes.as_ptr().cast();
+        a.type_ = buffer_type(dtype);
+        a.dims = super::api::slice_ptr(&dims_i64);
+        a.num_dims = dims_i64.len();
+        // Dense major-to-minor: no strides, default device layout.
+        a.byte_strides = ptr::null();
+        a.num_byte_strides = 0;
+        // The plugin copies (or finishes with) `bytes` before the
+        // done-event fires; we wait for it below.
+        a.host_buffer_semantics = sys::PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
+        a.device = dev;
+        let r = pjrt_call!(plugin, PJRT_Client_BufferFromHostBuffer, &mut a);
+        // Take ownership of whatever came back before inspecting `r`.
+        let done = Event::new(plugin, a.done_with_host_buffer);
+        let buffer = NonNull::new(a.buffer).map(|b| Buffer::from_raw(Arc::clone(&self.inner), b));
+        r?;
+        done.wait(WHAT)?;
+        buffer.ok_or_else(|| {
+            Error::binding(format!("{WHAT}: plugin returned no buffer and no error"))
+        })
+    }
+
+    /// Loads an executable produced by [`LoadedExecutable::serialize`] (same
+    /// plugin and platform version; otherwise the plugin returns an `Err`),
+    /// skipping compilation. It keeps the options it was compiled with, so it
+    /// is also portable across devices.
+    pub fn deserialize_executable(&self, bytes: &[u8]) -> Result<LoadedExecutable> {
+        let mut a = sys::PJRT_Executable_DeserializeAndLoad_Args::new();
+        a.client = self.inner.raw.as_ptr();
+        a.serialized_executable = bytes.as_ptr().cast();
+        a.serialized_executable_size = bytes.len();
+        // Null options: use the ones stored in the serialized executable.
+        a.overridden_serialized_compile_options = ptr::null();
+        a.overridden_serialized_compile_options_size = 0;
+        pjrt_call!(
+            &*self.inner.plugin,
+            PJRT_Executable_DeserializeAndLoad,
+            &mut a
+        )?;
+        LoadedExecutable::from_raw(
+            Arc::clone(&self.inner),
+            a.loaded_executable,
+            "PJRT_Executable_DeserializeAndLoad",
+        )
+    }
+}

@@ -1,0 +1,195 @@
+//! Compiled programs: execution on one device and serialization.
+
+use std::ptr::{self, NonNull};
+use std::sync::Arc;
+
+use super::api::Event;
+use super::buffer::Buffer;
+use super::client::ClientInner;
+use super::error::{Error, Result};
+use super::sys;
+use super::PjrtStruct;
+
+/// A compiled program loaded on a client, ready to execute.
+///
+/// Owns the `PJRT_LoadedExecutable` and the `PJRT_Executable` view obtained
+/// from it (used for metadata and serialization); both are destroyed on drop.
+/// `Send + Sync`: PJRT executables may be launched concurrently from several
+/// threads.
+pub struct LoadedExecutable {
+    client: Arc<ClientInner>,
+    raw: NonNull<sys::PJRT_LoadedExecutable>,
+    /// From `PJRT_LoadedExecutable_GetExecutable`; null only while constructing.
+    exec: *mut sys::PJRT_Executable,
+    num_outputs: usize,
+}
+
+// SAFETY: PJRT executables are thread-safe: concurrent `Execute` calls and
+// metadata queries are allowed; destruction happens once, through the owner.
+unsafe impl Send for LoadedExecutable {}
+// SAFETY: as above.
+unsafe impl Sync for LoadedExecutable {}
+
+impl std::fmt::Debug for LoadedExecutable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedExecutable")
+            .field("num_outputs", &self.num_outputs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LoadedExecutable {
+    /// Takes ownership of a loaded executable the plugin returned (from
+    /// compile or deserialize) and caches its metadata.
+    pub(crate) fn from_raw(
+        client: Arc<ClientInner>,
+        raw: *mut sys::PJRT_LoadedExecutable,
+        what: &str,
+    ) -> Result<LoadedExecutable> {
+        let raw = NonNull::new(raw).ok_or_else(|| {
+            Error::binding(format!(
+                "{what}: plugin returned no executable and no error"
+            ))
+        })?;
+        // Owned from here: Drop cleans up if anything below fails.
+        let mut exe = LoadedExecutable {
+            client,
+            raw,
+            exec: ptr::null_mut(),
+            num_outputs: 0,
+        };
+        let plugin = &*exe.client.plugin;
+
+        let mut g = sys::PJRT_LoadedExecutable_GetExecutable_Args::new();
+        g.loaded_executable = raw.as_ptr();
+        pjrt_call!(plugin, PJRT_LoadedExecutable_GetExecutable, &mut g)?;
+        exe.exec = g.executable;
+        if exe.exec.is_null() {
+            return Err(Error::binding(
+                "PJRT_LoadedExecutable_GetExecutable: plugin returned no executable and no error",
+            ));
+        }
+
+        let mut n = sys::PJRT_Executable_NumOutputs_Args::new();
+        n.executable = exe.exec;
+        pjrt_call!(plugin, PJRT_Executable_NumOutputs, &mut n)?;
+        exe.num_outputs = n.num_outputs;
+        Ok(exe)
+    }
+
+    /// Number of results one execution returns (a `func.return` of N values
+    /// gives N separate buffers; they are not packed into a tuple).
+    pub fn num_outputs(&self) -> Result<usize> {
+        Ok(self.num_outputs)
+    }
+
+    /// Runs the program once on addressable device `device` with `args` as
+    /// its parameters, waits for completion, and returns the results.
+    ///
+    /// Every argument must come from this executable's client. Arguments are
+    /// never donated, so they stay valid. Wrong argument count, shapes or
+    /// dtypes, and failures during execution, are returned as `Err`.
+    pub fn execute(&self, args: &[&Buffer], device: usize) -> Result<Vec<Buffer>> {
+        const WHAT: &str = "PJRT_LoadedExecutable_Execute";
+        let dev = self.client.device(device, WHAT)?;
+        for (i, b) in args.iter().enumerate() {
+            if !Arc::ptr_eq(&b.client, &self.client) {
+                return Err(Error::binding(format!(
+                    "{WHAT}: argument {i} belongs to a different client"
+                )));
+            }
+        }
+        let plugin = &*self.client.plugin;
+
+        // One device: argument_lists[0] = args, output_lists[0] = outputs.
+        let arg_ptrs: Vec<*mut sys::PJRT_Buffer> = args.iter().map(|b| b.raw.as_ptr()).collect();
+        let arg_lists: [*const *mut sys::PJRT_Buffer; 1] = [arg_ptrs.as_ptr()];
+        let mut outs: Vec<*mut sys::PJRT_Buffer> = vec![ptr::null_mut(); self.num_outputs];
+        let out_lists: [*mut *mut sys::PJRT_Buffer; 1] = [outs.as_mut_ptr()];
+        let mut complete: [*mut sys::PJRT_Event; 1] = [ptr::null_mut()];
+
+        // Forbid donation of every argument: buffers are shared (`&Buffer`),
+        // and a donated buffer would be invalidated behind the caller's back.
+        let non_donatable: Vec<i64> = (0..args.len() as i64).collect();
+        let mut options = sys::PJRT_ExecuteOptions::new();
+        options.non_donatable_input_indices = super::api::slice_ptr(&non_donatable);
+        options.num_non_donatable_input_indices = non_donatable.len();
+
+        let mut a = sys::PJRT_LoadedExecutable_Execute_Args::new();
+        a.executable = self.raw.as_ptr();
+        a.options = &mut options;
+        a.argument_lists = arg_lists.as_ptr();
+        a.num_devices = 1;
+        a.num_args = args.len();
+        a.output_lists = out_lists.as_ptr();
+        a.device_complete_events = complete.as_mut_ptr();
+        a.execute_device = dev;
+        let r = pjrt_call!(plugin, PJRT_LoadedExecutable_Execute, &mut a);
+
+        // Own everything the plugin may have produced before looking at `r`.
+        let done = Event::new(plugin, complete[0]);
+        let produced: Vec<Option<Buffer>> = outs
+            .iter()
+            .map(|&p| NonNull::new(p).map(|p| Buffer::from_raw(Arc::clone(&self.client), p)))
+            .collect();
+        r?;
+        // The arguments (borrowed for this whole call) stay alive until the
+        // execution has completed.
+        done.wait(WHAT)?;
+        produced
+            .into_iter()
+            .enumerate()
+            .map(|(i, b)| {
+                b.ok_or_else(|| {
+                    Error::binding(format!("{WHAT}: plugin returned no buffer for output {i}"))
+                })
+            })
+            .collect()
+    }
+
+    /// Serializes the compiled program so it can be cached and loaded later
+    /// with [`super::Client::deserialize_executable`], skipping compilation.
+    /// The bytes are only valid for the same plugin build.
+    pub fn serialize(&self) -> Result<Vec<u8>> {
+        let mut a = sys::PJRT_Executable_Serialize_Args::new();
+        a.executable = self.exec;
+        pjrt_call!(&*self.client.plugin, PJRT_Executable_Serialize, &mut a)?;
+        let bytes = if a.serialized_bytes.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: valid for `serialized_bytes_size` bytes until the deleter runs.
+            unsafe {
+                std::slice::from_raw_parts(a.serialized_bytes.cast::<u8>(), a.serialized_bytes_size)
+            }
+            .to_vec()
+        };
+        if let Some(deleter) = a.serialized_executable_deleter {
+            if !a.serialized_executable.is_null() {
+                // SAFETY: called exactly once, on the object it belongs to.
+                unsafe { deleter(a.serialized_executable) };
+            }
+        }
+        if bytes.is_empty() {
+            return Err(Error::binding(
+                "PJRT_Executable_Serialize: plugin returned an empty serialization",
+            ));
+        }
+        Ok(bytes)
+    }
+}
+
+impl Drop for LoadedExecutable {
+    fn drop(&mut self) {
+        let plugin = &*self.client.plugin;
+        if !self.exec.is_null() {
+            let mut a = sys::PJRT_Executable_Destroy_Args::new();
+            a.executable = self.exec;
+            let r = pjrt_call!(plugin, PJRT_Executable_Destroy, &mut a);
+            plugin.log_drop_error("executable", r);
+        }
+        let mut a = sys::PJRT_LoadedExecutable_Destroy_Args::new();
+        a.executable = self.raw.as_ptr();
+        let r = pjrt_call!(plugin, PJRT_LoadedExecutable_Destroy, &mut a);
+        plugin.log_drop_error("loaded executable", r);
+    }
+}

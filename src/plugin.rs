@@ -1,0 +1,307 @@
+//! Finding the PJRT plugin lazyfuse runs on, and provisioning the default CPU
+//! plugin on first use.
+//!
+//! Why provisioning: XLA's CPU plugin is a ~260 MB shared library that is not
+//! reasonable to vendor or build, but it is published on PyPI as the wheel
+//! `xla-cpu-pjrt`. lazyfuse pins one exact wheel (version and SHA-256), fetches
+//! it once with `pip` into a per-user cache, and loads it from there on every
+//! later run. Users who cannot or do not want to download point
+//! `TPU_PJRT_PLUGIN` at a plugin they already have.
+
+use std::ffi::OsString;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Environment variable naming a PJRT plugin to use instead of the default.
+pub const PLUGIN_ENV: &str = "TPU_PJRT_PLUGIN";
+/// Environment variable overriding the cache directory.
+pub const CACHE_ENV: &str = "LAZYFUSE_CACHE";
+
+/// The pinned plugin wheel: name, version and the SHA-256 of
+/// `xla_cpu_pjrt-0.0.1-py3-none-manylinux_2_27_x86_64.whl` on PyPI.
+const WHEEL_NAME: &str = "xla-cpu-pjrt";
+const WHEEL_VERSION: &str = "0.0.1";
+const WHEEL_SHA256: &str = "55837b6b7b47daa717f2d9a5a03563ea0ceaa338d06a81a1e2d3f060d960decc";
+/// Where the shared library sits inside the wheel.
+const SO_IN_WHEEL: &str = "xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so";
+/// Cache layout: `<cache>/<CACHE_SUBDIR>/<SO_NAME>`.
+const CACHE_SUBDIR: &str = "xla-cpu-pjrt-0.0.1";
+const SO_NAME: &str = "xla_cpu_pjrt.so";
+
+/// Streams one member of a zip archive to a file: `argv = [wheel, member, dest]`.
+const EXTRACT_PY: &str = "import shutil, sys, zipfile\n\
+with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], 'wb') as dst:\n    \
+shutil.copyfileobj(src, dst, 1 << 20)\n";
+
+/// Why the plugin could not be located or provisioned.
+///
+/// The message states what failed (with the underlying error or the tail of
+/// pip's output) and how to fix it, so it can be shown to a user as is.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ProvisionError {
+    message: String,
+}
+
+impl ProvisionError {
+    fn new(message: impl Into<String>) -> ProvisionError {
+        ProvisionError {
+            message: message.into(),
+        }
+    }
+
+    /// A provisioning step failed: adds the three ways out.
+    fn step(what: impl std::fmt::Display, target: &Path) -> ProvisionError {
+        ProvisionError::new(format!(
+            "could not provision the XLA CPU PJRT plugin ({WHEEL_NAME}=={WHEEL_VERSION}): {what}\n\
+             To fix this, do one of:\n  \
+             - install python3 with pip and make sure PyPI is reachable, then retry;\n  \
+             - set {PLUGIN_ENV}=/path/to/xla_cpu_pjrt.so to use a plugin you already have;\n  \
+             - put xla_cpu_pjrt.so (from the {WHEEL_NAME} {WHEEL_VERSION} wheel) at {}",
+            target.display()
+        ))
+    }
+
+    /// The full message (same as `Display`).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+/// Where the default CPU plugin lives, provisioning it on first use.
+///
+/// Resolution order:
+/// 1. `$TPU_PJRT_PLUGIN`, if set and non-empty: that file must exist.
+/// 2. The user cache: `$LAZYFUSE_CACHE`, else `$XDG_CACHE_HOME/lazyfuse`,
+///    else `$HOME/.cache/lazyfuse`; the plugin is
+///    `xla-cpu-pjrt-0.0.1/xla_cpu_pjrt.so` inside it.
+/// 3. If it is not cached yet: download the pinned wheel from PyPI with
+///    `python3 -m pip download --require-hashes` (so only the exact,
+///    hash-checked wheel is accepted), extract the library with python's
+///    `zipfile`, and atomically rename it into the cache. Concurrent processes
+///    may all download, but each only ever sees a complete file.
+///
+/// Blocking; the download (~63 MB) happens at most once per cache directory.
+pub fn default_plugin_path() -> Result<PathBuf, ProvisionError> {
+    if let Some(p) = non_empty_env(PLUGIN_ENV) {
+        let path = PathBuf::from(p);
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(ProvisionError::new(format!(
+                "{PLUGIN_ENV} is set to {}, but no file exists there; point {PLUGIN_ENV} at a \
+                 PJRT plugin shared library (e.g. xla_cpu_pjrt.so), or unset it to use the \
+                 automatically provisioned CPU plugin",
+                path.display()
+            )))
+        };
+    }
+
+    let cache = cache_dir()?;
+    let target = cache.join(CACHE_SUBDIR).join(SO_NAME);
+    if target.is_file() {
+        return Ok(target);
+    }
+
+    // One provisioning at a time within this process; other processes are
+    // handled by the atomic rename.
+    static PROVISIONING: Mutex<()> = Mutex::new(());
+    let _guard = PROVISIONING.lock().unwrap_or_else(|p| p.into_inner());
+    if target.is_file() {
+        return Ok(target);
+    }
+    provision(&target)?;
+    Ok(target)
+}
+
+/// The value of `name` if set and not empty (an empty variable counts as
+/// unset, so `VAR= cmd` disables an override).
+fn non_empty_env(name: &str) -> Option<OsString> {
+    std::env::var_os(name).filter(|v| !v.is_empty())
+}
+
+/// The lazyfuse cache directory (see [`default_plugin_path`]).
+fn cache_dir() -> Result<PathBuf, ProvisionError> {
+    if let Some(dir) = non_empty_env(CACHE_ENV) {
+        return Ok(PathBuf::from(dir));
+    }
+    // The XDG spec says relative values are invalid and must be ignored.
+    if let Some(dir) = non_empty_env("XDG_CACHE_HOME").map(PathBuf::from) {
+        if dir.is_absolute() {
+            return Ok(dir.join("lazyfuse"));
+        }
+    }
+    if let Some(home) = non_empty_env("HOME") {
+        return Ok(PathBuf::from(home).join(".cache").join("lazyfuse"));
+    }
+    Err(ProvisionError::new(format!(
+        "cannot locate the XLA CPU PJRT plugin: none of {CACHE_ENV}, XDG_CACHE_HOME or HOME is \
+         set, so there is no cache directory to provision it into; set {CACHE_ENV}=/some/dir, \
+         or set {PLUGIN_ENV}=/path/to/xla_cpu_pjrt.so"
+    )))
+}
+
+/// Downloads the pinned wheel and installs the plugin at `target`.
+fn provision(target: &Path) -> Result<(), ProvisionError> {
+    let dir = target.parent().expect("target has a parent");
+    fs::create_dir_all(dir).map_err(|e| {
+        ProvisionError::step(
+            format!("cannot create cache directory {}: {e}", dir.display()),
+            target,
+        )
+    })?;
+    // Scratch space next to the target, so the final rename stays within one
+    // filesystem (and is therefore atomic).
+    let tmp = TempDir::create_in(dir).map_err(|e| {
+        ProvisionError::step(
+            format!(
+                "cannot create a temporary directory in {}: {e}",
+                dir.display()
+            ),
+            target,
+        )
+    })?;
+
+    tracing::info!(
+        cache = %target.display(),
+        "lazyfuse: downloading the XLA CPU PJRT plugin ({WHEEL_NAME}=={WHEEL_VERSION}, ~63 MB) from PyPI; this happens once"
+    );
+    let requirements = tmp.path.join("requirements.txt");
+    fs::write(
+        &requirements,
+        format!("{WHEEL_NAME}=={WHEEL_VERSION} --hash=sha256:{WHEEL_SHA256}\n"),
+    )
+    .map_err(|e| {
+        ProvisionError::step(
+            format!("cannot write {}: {e}", requirements.display()),
+            target,
+        )
+    })?;
+    let wheel_dir = tmp.path.join("wheel");
+    let mut pip = Command::new("python3");
+    pip.args([
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--require-hashes",
+    ])
+    .args([
+        "--disable-pip-version-check",
+        "--no-input",
+        "--progress-bar",
+        "off",
+    ])
+    .arg("--dest")
+    .arg(&wheel_dir)
+    .arg("-r")
+    .arg(&requirements);
+    run(pip, "`python3 -m pip download` of the pinned wheel", target)?;
+
+    let wheel = find_wheel(&wheel_dir).map_err(|e| ProvisionError::step(e, target))?;
+    let staged = tmp.path.join(SO_NAME);
+    let mut extract = Command::new("python3");
+    extract
+        .arg("-c")
+        .arg(EXTRACT_PY)
+        .arg(&wheel)
+        .arg(SO_IN_WHEEL)
+        .arg(&staged);
+    run(
+        extract,
+        "extracting the plugin from the wheel with python3 zipfile",
+        target,
+    )?;
+
+    fs::rename(&staged, target).map_err(|e| {
+        ProvisionError::step(
+            format!(
+                "cannot move {} into place at {}: {e}",
+                staged.display(),
+                target.display()
+            ),
+            target,
+        )
+    })?;
+    tracing::info!(path = %target.display(), "lazyfuse: XLA CPU PJRT plugin installed");
+    Ok(())
+}
+
+/// Runs a command to completion, turning every failure into a `ProvisionError`
+/// that quotes the end of its output.
+fn run(mut cmd: Command, what: &str, target: &Path) -> Result<(), ProvisionError> {
+    let out = cmd.output().map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::NotFound {
+            " (python3 is not installed or not on PATH)"
+        } else {
+            ""
+        };
+        ProvisionError::step(format!("{what}: cannot run python3{hint}: {e}"), target)
+    })?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let mut log = String::from_utf8_lossy(&out.stderr).into_owned();
+    if log.trim().is_empty() {
+        log = String::from_utf8_lossy(&out.stdout).into_owned();
+    }
+    let tail: Vec<&str> = log.lines().rev().take(15).collect();
+    let tail: Vec<&str> = tail.into_iter().rev().collect();
+    Err(ProvisionError::step(
+        format!("{what} failed ({}):\n{}", out.status, tail.join("\n")),
+        target,
+    ))
+}
+
+/// The single `.whl` pip left in `dir`.
+fn find_wheel(dir: &Path) -> Result<PathBuf, String> {
+    let entries = fs::read_dir(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+    let wheels: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "whl"))
+        .collect();
+    match wheels.as_slice() {
+        [one] => Ok(one.clone()),
+        _ => Err(format!(
+            "pip reported success but left {} wheel files in {}",
+            wheels.len(),
+            dir.display()
+        )),
+    }
+}
+
+/// A uniquely named directory, removed with its contents on drop.
+struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    fn create_in(parent: &Path) -> std::io::Result<TempDir> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        loop {
+            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+            let path = parent.join(format!(".provision-{}-{nanos}-{n}", std::process::id()));
+            match fs::create_dir(&path) {
+                Ok(()) => return Ok(TempDir { path }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if let Err(e) = fs::remove_dir_all(&self.path) {
+            tracing::warn!(path = %self.path.display(), error = %e, "lazyfuse: cannot remove temporary directory");
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! One loaded PJRT client with its compile cache: the only place that talks to
+//! the device. Shared by every thread and every tensor of a [`crate::Device`].
+
+use crate::metrics::{self, C};
+use crate::pjrt;
+use crate::{Error, Result};
+use lazyfuse_fusion::RegionKey;
+use lazyfuse_ir::{DType, HostTensor, Shape};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A device-resident array. Owned by `Arc` so tensors, pending graphs and
+/// in-flight regions can share it; the PJRT buffer is destroyed exactly once
+/// when the last holder drops.
+pub struct DeviceBuffer {
+    buf: pjrt::Buffer,
+    pub shape: Shape,
+    pub dtype: DType,
+    bytes: usize,
+}
+
+impl DeviceBuffer {
+    fn new(buf: pjrt::Buffer, shape: Shape, dtype: DType) -> Arc<Self> {
+        let bytes = shape.numel() * dtype.size_in_bytes();
+        metrics::add(&C.live_buffers, 1);
+        metrics::add(&C.live_buffer_bytes, bytes as u64);
+        Arc::new(DeviceBuffer {
+            buf,
+            shape,
+            dtype,
+            bytes,
+        })
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        metrics::sub(&C.live_buffers, 1);
+        metrics::sub(&C.live_buffer_bytes, self.bytes as u64);
+    }
+}
+
+type Slot = Arc<Mutex<Option<Arc<pjrt::LoadedExecutable>>>>;
+
+/// A PJRT client plus everything keyed to it.
+pub struct Runtime {
+    /// Process-unique id (devices compare by it).
+    pub id: u32,
+    /// The plugin this runtime was loaded from.
+    pub plugin_path: PathBuf,
+    client: pjrt::Client,
+    cache: Mutex<HashMap<RegionKey, Slot>>,
+}
+
+static NEXT_ID: AtomicU32 = AtomicU32::new(1);
+
+impl Runtime {
+    /// Loads the plugin at `path` and creates its client.
+    pub fn load(path: &Path) -> Result<Arc<Runtime>> {
+        let plugin = pjrt::Plugin::load(path).map_err(|e| {
+            Error::Plugin(format!(
+                "cannot load {}: {e}. Set TPU_PJRT_PLUGIN=/path/to/a/pjrt_plugin.so, or unset it to use the provisioned CPU plugin",
+                path.display()
+            ))
+        })?;
+        let client = pjrt::Client::new(plugin).map_err(|e| {
+            Error::Plugin(format!(
+                "cannot create a client from {}: {e}",
+                path.display()
+            ))
+        })?;
+        metrics::install_exit_report();
+        Ok(Arc::new(Runtime {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            plugin_path: path.to_path_buf(),
+            client,
+            cache: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// Number of addressable devices of this client.
+    pub fn device_count(&self) -> usize {
+        self.client.addressable_device_count()
+    }
+
+    /// The platform name reported by the plugin (`cpu`, `cuda`, ...).
+    pub fn platform_name(&self) -> String {
+        self.client
+            .platform_name()
+            .unwrap_or_else(|_| "unknown".into())
+    }
+
+    /// Copies a host array to device `ordinal`.
+    pub fn upload(&self, host: &HostTensor, ordinal: usize) -> Result<Arc<DeviceBuffer>> {
+        let buf =
+            self.client
+                .buffer_from_host(&host.bytes, host.dtype, host.shape.dims(), ordinal)?;
+        metrics::add(&C.h2d_transfers, 1);
+        metrics::add(&C.h2d_bytes, host.bytes.len() as u64);
+        Ok(DeviceBuffer::new(buf, host.shape.clone(), host.dtype))
+    }
+
+    /// Copies a device buffer back to the host.
+    pub fn download(&self, buf: &DeviceBuffer) -> Result<HostTensor> {
+        let mut bytes = vec![0u8; buf.bytes];
+        buf.buf.to_host(&mut bytes)?;
+        metrics::add(&C.d2h_transfers, 1);
+        metrics::add(&C.d2h_bytes, bytes.len() as u64);
+        Ok(HostTensor {
+            shape: buf.shape.clone(),
+            dtype: buf.dtype,
+            bytes,
+        })
+    }
+
+    /// The executable for `key`, compiling `lower()` on a miss. Threads missing
+    /// the same key wait for one compile; a failed compile is not cached.
+    pub fn executable(
+        &self,
+        key: RegionKey,
+        lower: impl FnOnce() -> String,
+    ) -> std::result::Result<Arc<pjrt::LoadedExecutable>, String> {
+        let slot = self.cache.lock().entry(key).or_default().clone();
+        let mut guard = slot.lock();
+        if let Some(exe) = guard.as_ref() {
+            metrics::add(&C.cache_hits, 1);
+            return Ok(exe.clone());
+        }
+        let text = lower();
+        crate::dump::region_text(key, &text);
+        let t0 = Instant::now();
+        let result = self.client.compile(&text);
+        metrics::add(&C.compile_ns, t0.elapsed().as_nanos() as u64);
+        let exe = Arc::new(result.map_err(|e| e.to_string())?);
+        metrics::add(&C.compiles, 1);
+        *guard = Some(exe.clone());
+        Ok(exe)
+    }
+
+    /// Runs `exe` on device `ordinal` and wraps its outputs.
+    pub fn execute(
+        &self,
+        exe: &pjrt::LoadedExecutable,
+        args: &[&DeviceBuffer],
+        ordinal: usize,
+        outputs: &[(Shape, DType)],
+    ) -> std::result::Result<Vec<Arc<DeviceBuffer>>, String> {
+        let raw: Vec<&pjrt::Buffer> = args.iter().map(|b| &b.buf).collect();
+        let t0 = Instant::now();
+        let outs = exe.execute(&raw, ordinal).map_err(|e| e.to_string())?;
+        metrics::add(&C.execute_ns, t0.elapsed().as_nanos() as u64);
+        metrics::add(&C.regions_executed, 1);
+        if outs.len() != outputs.len() {
+            return Err(format!(
+                "executable returned {} outputs, expected {}",
+                outs.len(),
+                outputs.len()
+            ));
+        }
+        Ok(outs
+            .into_iter()
+            .zip(outputs)
+            .map(|(b, (s, d))| DeviceBuffer::new(b, s.clone(), *d))
+            .collect())
+    }
+}

@@ -1,0 +1,158 @@
+//! Creating tensors: from host data (uploaded at once), constants and ranges
+//! (recorded lazily, so they fuse into their consumers), and seeded random data.
+
+use super::Tensor;
+use crate::{Device, Error, Result};
+use lazyfuse_ir::{DType, Element, HostTensor, Literal, Op, Shape};
+use std::panic::Location;
+
+/// The literal that `value` denotes in `dtype`.
+pub(crate) fn literal_for(value: f64, dtype: DType) -> Literal {
+    match dtype {
+        DType::Bool => Literal::Bool(value != 0.0),
+        d if d.is_int() && value.fract() == 0.0 && value.abs() < 9.2e18 => {
+            Literal::Int(value as i64)
+        }
+        _ => Literal::Float(value),
+    }
+}
+
+/// Counter-based generator: the i-th draw depends only on (seed, i), so
+/// results never depend on threads, chunking or fusion.
+fn splitmix(seed: u64, i: u64) -> u64 {
+    let mut z = seed
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(i.wrapping_mul(0xD1B5_4A32_D192_ED03))
+        .wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Uniform in [0, 1) with 53 random bits.
+fn uniform(seed: u64, i: u64) -> f64 {
+    (splitmix(seed, i) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+impl Tensor {
+    /// Uploads `data` with the given dimensions. Errors if the lengths disagree.
+    #[track_caller]
+    pub fn from_slice<T: Element>(data: &[T], dims: &[usize], device: &Device) -> Result<Tensor> {
+        let loc = Location::caller();
+        let shape = Shape::new(dims);
+        if data.len() != shape.numel() {
+            return Err(Error::op(
+                "from_slice",
+                format!(
+                    "{} values do not fill shape {shape} ({} elements)",
+                    data.len(),
+                    shape.numel()
+                ),
+                format!("{}[{}]", T::DTYPE, data.len()),
+                loc,
+            ));
+        }
+        Tensor::from_host(&HostTensor::from_slice(data, shape), device)
+    }
+
+    /// Like [`Tensor::from_slice`], taking ownership of the data.
+    #[track_caller]
+    pub fn from_vec<T: Element>(data: Vec<T>, dims: &[usize], device: &Device) -> Result<Tensor> {
+        Tensor::from_slice(&data, dims, device)
+    }
+
+    /// Uploads a host array.
+    pub fn from_host(host: &HostTensor, device: &Device) -> Result<Tensor> {
+        let buf = device.rt.upload(host, device.ordinal)?;
+        Ok(Tensor::ready(buf, device))
+    }
+
+    /// A tensor filled with `value` (converted to `dtype`; must be representable).
+    #[track_caller]
+    pub fn full(value: f64, dims: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
+        let op = Op::Constant {
+            value: literal_for(value, dtype),
+            shape: Shape::new(dims),
+            dtype,
+        };
+        Tensor::apply_nullary(op, device, Location::caller())
+    }
+
+    /// A tensor of zeros.
+    #[track_caller]
+    pub fn zeros(dims: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
+        Tensor::full(0.0, dims, dtype, device)
+    }
+
+    /// A tensor of ones.
+    #[track_caller]
+    pub fn ones(dims: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
+        Tensor::full(1.0, dims, dtype, device)
+    }
+
+    /// Zeros with this tensor's shape, dtype and device.
+    #[track_caller]
+    pub fn zeros_like(&self) -> Result<Tensor> {
+        Tensor::full(0.0, self.dims(), self.dtype(), self.device())
+    }
+
+    /// Ones with this tensor's shape, dtype and device.
+    #[track_caller]
+    pub fn ones_like(&self) -> Result<Tensor> {
+        Tensor::full(1.0, self.dims(), self.dtype(), self.device())
+    }
+
+    /// `[start, end)` with step 1, like `numpy.arange`.
+    #[track_caller]
+    pub fn arange(start: f64, end: f64, dtype: DType, device: &Device) -> Result<Tensor> {
+        Tensor::arange_step(start, end, 1.0, dtype, device)
+    }
+
+    /// `[start, end)` with `step` (non-zero, may be negative).
+    #[track_caller]
+    pub fn arange_step(
+        start: f64,
+        end: f64,
+        step: f64,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Tensor> {
+        let loc = Location::caller();
+        if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
+            return Err(Error::op(
+                "arange",
+                format!("needs finite bounds and a non-zero step, got {start}..{end} step {step}"),
+                String::new(),
+                loc,
+            ));
+        }
+        let len = ((end - start) / step).ceil().max(0.0) as usize;
+        let op = Op::Arange {
+            start: literal_for(start, dtype),
+            step: literal_for(step, dtype),
+            len,
+            dtype,
+        };
+        Tensor::apply_nullary(op, device, loc)
+    }
+
+    /// Uniform `[0, 1)` f32 values from `seed` (deterministic, generated on the host).
+    pub fn rand(dims: &[usize], seed: u64, device: &Device) -> Result<Tensor> {
+        let n = dims.iter().product::<usize>();
+        let v: Vec<f32> = (0..n as u64).map(|i| uniform(seed, i) as f32).collect();
+        Tensor::from_slice(&v, dims, device)
+    }
+
+    /// Standard normal f32 values from `seed` (Box-Muller, deterministic).
+    pub fn randn(dims: &[usize], seed: u64, device: &Device) -> Result<Tensor> {
+        let n = dims.iter().product::<usize>();
+        let v: Vec<f32> = (0..n as u64)
+            .map(|i| {
+                let u1 = 1.0 - uniform(seed, 2 * i); // (0, 1]
+                let u2 = uniform(seed, 2 * i + 1);
+                ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
+            })
+            .collect();
+        Tensor::from_slice(&v, dims, device)
+    }
+}

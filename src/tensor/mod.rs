@@ -1,0 +1,212 @@
+//! The public [`Tensor`]: a cheap, clonable, thread-safe handle to a value
+//! that is either pending in some thread's graph, materialised on a device,
+//! or failed. Every op validates its operands first (an `Err` at the call
+//! site, naming the caller's line), then records; nothing runs until a sync
+//! point needs a value.
+
+mod create;
+mod display;
+mod ops;
+mod overload;
+
+use crate::context::Ctx;
+use crate::metrics::FlushReason;
+use crate::runtime::DeviceBuffer;
+use crate::{Device, Error, Result};
+use lazyfuse_ir::{DType, Element, HostTensor, NodeId, Op, Shape};
+use parking_lot::Mutex;
+use smallvec::SmallVec;
+use std::panic::Location;
+use std::sync::Arc;
+
+/// An n-dimensional array on a [`Device`] with eager semantics and lazy execution.
+#[derive(Clone)]
+pub struct Tensor(pub(crate) Arc<TensorInner>);
+
+pub(crate) struct TensorInner {
+    pub shape: Shape,
+    pub dtype: DType,
+    pub device: Device,
+    pub state: Mutex<TState>,
+}
+
+/// Where a tensor's value is.
+pub(crate) enum TState {
+    /// Recorded in `ctx`'s graph of generation `gen` as `node`.
+    Pending {
+        ctx: Arc<Ctx>,
+        node: NodeId,
+        gen: u64,
+    },
+    /// Materialised on the device.
+    Ready(Arc<DeviceBuffer>),
+    /// Its computation failed in XLA; reading it returns this error.
+    Failed(Error),
+}
+
+impl Tensor {
+    /// The dimensions.
+    pub fn shape(&self) -> &Shape {
+        &self.0.shape
+    }
+
+    /// The dimensions as a slice.
+    pub fn dims(&self) -> &[usize] {
+        self.0.shape.dims()
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.0.dtype
+    }
+
+    /// Number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.0.shape.rank()
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.0.shape.numel()
+    }
+
+    /// The device holding this tensor.
+    pub fn device(&self) -> &Device {
+        &self.0.device
+    }
+
+    /// True while the value is still only recorded (not yet computed).
+    pub fn is_pending(&self) -> bool {
+        matches!(*self.0.state.lock(), TState::Pending { .. })
+    }
+
+    /// Flushes whatever graph holds this tensor and returns its device buffer.
+    fn materialize(&self, reason: FlushReason) -> Result<Arc<DeviceBuffer>> {
+        loop {
+            let st = self.0.state.lock();
+            match &*st {
+                TState::Ready(b) => return Ok(b.clone()),
+                TState::Failed(e) => return Err(e.clone()),
+                TState::Pending { ctx, .. } => {
+                    let ctx = ctx.clone();
+                    drop(st);
+                    ctx.flush(reason);
+                }
+            }
+        }
+    }
+
+    /// Computes the tensor on its device without copying it to the host
+    /// (a sync point). Later graphs read the device buffer directly.
+    pub fn realize(&self) -> Result<&Self> {
+        self.materialize(FlushReason::Realize)?;
+        Ok(self)
+    }
+
+    /// Copies the value to the host as a [`HostTensor`] (a sync point).
+    pub fn to_host(&self) -> Result<HostTensor> {
+        let b = self.materialize(FlushReason::Read)?;
+        self.0.device.rt.download(&b)
+    }
+
+    /// Copies the value to the host as a flat row-major `Vec<T>` (a sync point).
+    /// `T` must match the dtype exactly.
+    #[track_caller]
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        let loc = Location::caller();
+        if T::DTYPE != self.dtype() {
+            return Err(Error::op(
+                "to_vec",
+                format!(
+                    "requested {} elements from a {} tensor",
+                    T::DTYPE,
+                    self.dtype()
+                ),
+                self.describe(),
+                loc,
+            ));
+        }
+        let h = self.to_host()?;
+        Ok(h.to_vec::<T>().expect("dtype checked above"))
+    }
+
+    /// The single value of a one-element tensor (a sync point).
+    #[track_caller]
+    pub fn item<T: Element>(&self) -> Result<T> {
+        let loc = Location::caller();
+        if self.numel() != 1 {
+            return Err(Error::op(
+                "item",
+                format!("needs exactly one element, the tensor has {}", self.numel()),
+                self.describe(),
+                loc,
+            ));
+        }
+        Ok(self.to_vec::<T>()?[0])
+    }
+
+    /// `f32[2, 3]` style description for error messages.
+    pub(crate) fn describe(&self) -> String {
+        format!("{}{}", self.dtype(), self.shape())
+    }
+
+    /// Validates and records `op` on `inputs` (the shared path of every op).
+    pub(crate) fn apply(
+        op: Op,
+        inputs: &[&Tensor],
+        loc: &'static Location<'static>,
+    ) -> Result<Tensor> {
+        let operands: SmallVec<[(&Shape, DType); 3]> =
+            inputs.iter().map(|t| (&t.0.shape, t.0.dtype)).collect();
+        let describe = || {
+            inputs
+                .iter()
+                .map(|t| t.describe())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let name = op.name();
+        let (shape, dtype) =
+            lazyfuse_ir::infer(&op, &operands).map_err(|e| Error::op(name, e, describe(), loc))?;
+        let device = &inputs[0].0.device;
+        if let Some(other) = inputs.iter().find(|t| !t.0.device.same_device(device)) {
+            return Err(Error::op(
+                name,
+                format!(
+                    "operands are on different devices ({device:?} and {:?})",
+                    other.0.device
+                ),
+                describe(),
+                loc,
+            ));
+        }
+        crate::context::record(device, op, inputs, shape, dtype, loc)
+    }
+
+    /// Records a leaf-producing op (constants, arange) on `device`.
+    pub(crate) fn apply_nullary(
+        op: Op,
+        device: &Device,
+        loc: &'static Location<'static>,
+    ) -> Result<Tensor> {
+        let name = op.name();
+        let (shape, dtype) =
+            lazyfuse_ir::infer(&op, &[]).map_err(|e| Error::op(name, e, String::new(), loc))?;
+        crate::context::record(device, op, &[], shape, dtype, loc)
+    }
+
+    /// Wraps an already materialised buffer.
+    pub(crate) fn ready(buf: Arc<DeviceBuffer>, device: &Device) -> Tensor {
+        Tensor(Arc::new(TensorInner {
+            shape: buf.shape.clone(),
+            dtype: buf.dtype,
+            device: device.clone(),
+            state: Mutex::new(TState::Ready(buf)),
+        }))
+    }
+}
+
+/// Flushes every graph the calling thread has pending (a sync point).
+pub fn sync() {
+    crate::context::sync_thread(FlushReason::Sync);
+}
