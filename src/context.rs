@@ -9,7 +9,7 @@
 
 use crate::metrics::{self, FlushReason, C};
 use crate::runtime::DeviceBuffer;
-use crate::tensor::{TState, Tensor, TensorInner};
+use crate::tensor::{Arg, TState, Tensor, TensorInner};
 use crate::{Device, Error, Result};
 use lazyfuse_fusion::{plan, PlanOptions, Region};
 use lazyfuse_ir::{Graph, NodeId, Op};
@@ -76,6 +76,7 @@ pub fn pending_ops(device: &Device) -> usize {
 enum Resolved {
     Node(NodeId, u64),
     Leaf(Arc<DeviceBuffer>),
+    Scalar(lazyfuse_ir::Literal, lazyfuse_ir::DType),
 }
 
 /// Records `op` on `inputs` (already validated: `shape`/`dtype` are its
@@ -83,7 +84,7 @@ enum Resolved {
 pub(crate) fn record(
     device: &Device,
     op: Op,
-    inputs: &[&Tensor],
+    inputs: &[Arg<'_>],
     shape: lazyfuse_ir::Shape,
     dtype: lazyfuse_ir::DType,
     origin: &'static Location<'static>,
@@ -93,8 +94,11 @@ pub(crate) fn record(
     let eager_flush = !fuse && !matches!(op, Op::Constant { .. });
     loop {
         let mut resolved: SmallVec<[Resolved; 3]> = SmallVec::new();
-        for t in inputs {
-            resolved.push(resolve(t, &ctx)?);
+        for a in inputs {
+            resolved.push(match a {
+                Arg::T(t) => resolve(t, &ctx)?,
+                Arg::Scalar(l, d) => Resolved::Scalar(*l, *d),
+            });
         }
         let mut g = ctx.state.lock();
         if resolved
@@ -159,6 +163,16 @@ impl GraphState {
     fn node_for(&mut self, r: &Resolved, origin: &'static Location<'static>) -> NodeId {
         match r {
             Resolved::Node(n, _) => *n,
+            Resolved::Scalar(value, dtype) => {
+                let shape = lazyfuse_ir::Shape::scalar();
+                let op = Op::Constant {
+                    value: *value,
+                    shape: shape.clone(),
+                    dtype: *dtype,
+                };
+                metrics::add(&C.ops_recorded, 1);
+                self.graph.push_inferred(op, &[], shape, *dtype, origin)
+            }
             Resolved::Leaf(b) => {
                 let key = Arc::as_ptr(b) as usize;
                 if let Some(&n) = self.leaves.get(&key) {

@@ -66,6 +66,11 @@ impl Device {
         self.rt.device_count()
     }
 
+    /// The plugin file this device's client was loaded from.
+    pub fn plugin_path(&self) -> &Path {
+        self.rt.plugin_path()
+    }
+
     /// This device's ordinal among its plugin's addressable devices.
     pub fn ordinal(&self) -> usize {
         self.ordinal

@@ -23,10 +23,12 @@ mod dump;
 mod error;
 mod lower;
 pub mod metrics;
-mod pjrt;
-mod plugin;
+pub mod pjrt;
+pub mod plugin;
 mod runtime;
 mod tensor;
+#[doc(hidden)]
+pub mod testing;
 
 pub use config::{fusion_enabled, max_pending_ops, set_fusion, set_max_pending_ops, FusionGuard};
 pub use context::pending_ops;

@@ -65,11 +65,6 @@ impl ProvisionError {
             target.display()
         ))
     }
-
-    /// The full message (same as `Display`).
-    pub fn message(&self) -> &str {
-        &self.message
-    }
 }
 
 /// Where the default CPU plugin lives, provisioning it on first use.

@@ -51,7 +51,7 @@ pub struct Runtime {
     /// Process-unique id (devices compare by it).
     pub id: u32,
     /// The plugin this runtime was loaded from.
-    pub plugin_path: PathBuf,
+    plugin_path: PathBuf,
     client: pjrt::Client,
     cache: Mutex<HashMap<RegionKey, Slot>>,
 }
@@ -80,6 +80,11 @@ impl Runtime {
             client,
             cache: Mutex::new(HashMap::new()),
         }))
+    }
+
+    /// The plugin file this runtime was loaded from.
+    pub fn plugin_path(&self) -> &Path {
+        &self.plugin_path
     }
 
     /// Number of addressable devices of this client.

@@ -73,7 +73,8 @@ impl HostTensor {
         }
     }
 
-    /// Encodes f64 values into `dtype`, rounding to nearest for floats;
+    /// Encodes f64 values into `dtype`, rounding once to nearest-even for floats
+    /// (bf16/f16 included: no double rounding through f32);
     /// for integer dtypes the value is truncated toward zero and saturated, bool is `v != 0`.
     pub fn from_f64(values: &[f64], shape: Shape, dtype: DType) -> Self {
         assert_eq!(

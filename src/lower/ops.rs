@@ -9,6 +9,14 @@ pub fn lower_node(e: &mut Emitter<'_>, id: NodeId) {
     let g = e.graph;
     let node = g.node(id);
     e.set_loc(node.op.name(), node.origin);
+    if crate::testing::compile_fault(node.op.name()) {
+        e.op(
+            "stablehlo.injected_fault",
+            &[],
+            "",
+            &ty(&node.shape, node.dtype),
+        );
+    }
     let (shape, dt) = (&node.shape, node.dtype);
     let arg = |k: usize| node.inputs[k];
     // Operand `k` broadcast to the output shape, keeping its own dtype.
@@ -180,7 +188,7 @@ fn unary(e: &mut Emitter<'_>, u: UnaryOp, x: &str, s: &Shape, dt: DType) -> Stri
         UnaryOp::Floor => simple("stablehlo.floor", e),
         UnaryOp::Relu => {
             let z = e.constant(Literal::Int(0), s, dt);
-            e.eltwise("stablehlo.maximum", &[x, &z], s, dt, dt)
+            extremum(e, "stablehlo.maximum", x, &z, s, dt)
         }
         UnaryOp::Gelu => {
             let c = |e: &mut Emitter<'_>, v: f64| e.constant(Literal::Float(v), s, dt);
@@ -211,10 +219,47 @@ fn binary(e: &mut Emitter<'_>, b: BinaryOp, x: &str, y: &str, s: &Shape, dt: DTy
         BinaryOp::Mul => "stablehlo.multiply",
         BinaryOp::Div => "stablehlo.divide",
         BinaryOp::Pow => "stablehlo.power",
-        BinaryOp::Maximum => "stablehlo.maximum",
-        BinaryOp::Minimum => "stablehlo.minimum",
+        BinaryOp::Maximum => return extremum(e, "stablehlo.maximum", x, y, s, dt),
+        BinaryOp::Minimum => return extremum(e, "stablehlo.minimum", x, y, s, dt),
     };
     e.eltwise(name, &[x, y], s, dt, dt)
+}
+
+/// NaN-propagating maximum/minimum. XLA's CPU backend may lower plain
+/// `stablehlo.maximum` to instructions that drop NaNs (notably inside
+/// reductions), so float extrema select a NaN operand explicitly.
+fn extremum(e: &mut Emitter<'_>, name: &str, x: &str, y: &str, s: &Shape, dt: DType) -> String {
+    let m = e.eltwise(name, &[x, y], s, dt, dt);
+    if !dt.is_float() {
+        return m;
+    }
+    let t = ty(s, dt);
+    let b = ty(s, DType::Bool);
+    let ne = compare_attr(CmpOp::Ne, dt);
+    let xn = e.op(
+        "stablehlo.compare",
+        &[(x, t.clone()), (x, t.clone())],
+        &ne,
+        &b,
+    );
+    let yn = e.op(
+        "stablehlo.compare",
+        &[(y, t.clone()), (y, t.clone())],
+        &ne,
+        &b,
+    );
+    let r1 = e.op(
+        "stablehlo.select",
+        &[(&yn, b.clone()), (y, t.clone()), (&m, t.clone())],
+        "",
+        &t,
+    );
+    e.op(
+        "stablehlo.select",
+        &[(&xn, b), (x, t.clone()), (&r1, t.clone())],
+        "",
+        &t,
+    )
 }
 
 fn compare_type(dt: DType) -> &'static str {
@@ -296,9 +341,24 @@ fn reduce(
     };
     let r = e.fresh();
     let st = ty(&Shape::scalar(), acc);
+    let sb = ty(&Shape::scalar(), DType::Bool);
+    // Float max/min select NaN operands explicitly (see `extremum`).
+    let combine = if acc.is_float() && body != "stablehlo.add" {
+        let ne = compare_attr(CmpOp::Ne, acc);
+        format!(
+            "      {r}an = \"stablehlo.compare\"({r}a, {r}a) {{{ne}}} : ({st}, {st}) -> {sb}\n      {r}bn = \"stablehlo.compare\"({r}b, {r}b) {{{ne}}} : ({st}, {st}) -> {sb}\n      {r}d = \"stablehlo.select\"({r}bn, {r}b, {r}m) : ({sb}, {st}, {st}) -> {st}\n      {r}c = \"stablehlo.select\"({r}an, {r}a, {r}d) : ({sb}, {st}, {st}) -> {st}\n"
+        )
+    } else {
+        String::new()
+    };
+    let result = if combine.is_empty() {
+        format!("{r}m")
+    } else {
+        format!("{r}c")
+    };
     let _ = writeln!(
         e.body,
-        "    {r} = \"stablehlo.reduce\"({xin}, {init}) ({{\n    ^bb0({r}a: {st}, {r}b: {st}):\n      {r}c = \"{body}\"({r}a, {r}b) : ({st}, {st}) -> {st}\n      \"stablehlo.return\"({r}c) : ({st}) -> ()\n    }}) {{dimensions = {}}} : ({}, {st}) -> {}",
+        "    {r} = \"stablehlo.reduce\"({xin}, {init}) ({{\n    ^bb0({r}a: {st}, {r}b: {st}):\n      {r}m = \"{body}\"({r}a, {r}b) : ({st}, {st}) -> {st}\n{combine}      \"stablehlo.return\"({result}) : ({st}) -> ()\n    }}) {{dimensions = {}}} : ({}, {st}) -> {}",
         i64_array(axes.iter().copied()),
         ty(in_shape, acc),
         ty(&flat, acc)

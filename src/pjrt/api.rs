@@ -215,11 +215,6 @@ impl Plugin {
         self.version
     }
 
-    /// The path the plugin was loaded from (for diagnostics).
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// The function table.
     pub(crate) fn api(&self) -> &sys::PJRT_Api {
         // SAFETY: points to the plugin's static table, valid for the process;

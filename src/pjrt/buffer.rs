@@ -97,10 +97,6 @@ impl Buffer {
                 out.len()
             )));
         }
-        if need == 0 {
-            // Nothing to copy; the plugin rejects a null destination anyway.
-            return Ok(());
-        }
 
         // Ask for a dense major-to-minor host layout explicitly, whatever the
         // device layout is: this is the layout `out` is documented to have.

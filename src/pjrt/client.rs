@@ -11,7 +11,7 @@ use super::api::{plugin_string, Event, Plugin};
 use super::buffer::{buffer_type, dense_size, Buffer};
 use super::error::{Error, Result};
 use super::executable::LoadedExecutable;
-use super::options::portable_compile_options_bytes;
+use super::options::compile_options_bytes;
 use super::sys;
 use super::PjrtStruct;
 
@@ -103,11 +103,6 @@ impl Client {
         })
     }
 
-    /// The plugin this client runs on.
-    pub fn plugin(&self) -> &Arc<Plugin> {
-        &self.inner.plugin
-    }
-
     /// The platform name (e.g. `"cpu"`), for logs and for keying caches of
     /// serialized executables.
     pub fn platform_name(&self) -> Result<String> {
@@ -150,11 +145,7 @@ impl Client {
         program.format = format.as_ptr().cast();
         program.format_size = format.len();
 
-        let options = if std::env::var_os("XXX_NONPORTABLE").is_some() {
-            super::options::compile_options_bytes()
-        } else {
-            portable_compile_options_bytes()
-        }; // XXX experiment
+        let options = compile_options_bytes();
         let mut a = sys::PJRT_Client_Compile_Args::new();
         a.client = self.inner.raw.as_ptr();
         a.program = &program;
@@ -229,9 +220,10 @@ impl Client {
     }
 
     /// Loads an executable produced by [`LoadedExecutable::serialize`] (same
-    /// plugin and platform version; otherwise the plugin returns an `Err`),
-    /// skipping compilation. It keeps the options it was compiled with, so it
-    /// is also portable across devices.
+    /// plugin build and host CPU; malformed bytes are an `Err`), skipping
+    /// compilation. It keeps the options it was compiled with, so it is also
+    /// portable across devices. The returned executable keeps a copy of
+    /// `bytes` (see [`LoadedExecutable::serialize`] for why).
     pub fn deserialize_executable(&self, bytes: &[u8]) -> Result<LoadedExecutable> {
         let mut a = sys::PJRT_Executable_DeserializeAndLoad_Args::new();
         a.client = self.inner.raw.as_ptr();
@@ -245,10 +237,12 @@ impl Client {
             PJRT_Executable_DeserializeAndLoad,
             &mut a
         )?;
-        LoadedExecutable::from_raw(
+        let mut exe = LoadedExecutable::from_raw(
             Arc::clone(&self.inner),
             a.loaded_executable,
             "PJRT_Executable_DeserializeAndLoad",
-        )
+        )?;
+        exe.set_source(bytes);
+        Ok(exe)
     }
 }

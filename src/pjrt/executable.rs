@@ -22,6 +22,10 @@ pub struct LoadedExecutable {
     /// From `PJRT_LoadedExecutable_GetExecutable`; null only while constructing.
     exec: *mut sys::PJRT_Executable,
     num_outputs: usize,
+    /// The bytes this executable was deserialized from, if it was. Returned by
+    /// [`LoadedExecutable::serialize`] because the XLA CPU plugin re-serializes
+    /// a deserialized executable without its machine code (see there).
+    source: Option<Vec<u8>>,
 }
 
 // SAFETY: PJRT executables are thread-safe: concurrent `Execute` calls and
@@ -57,6 +61,7 @@ impl LoadedExecutable {
             raw,
             exec: ptr::null_mut(),
             num_outputs: 0,
+            source: None,
         };
         let plugin = &*exe.client.plugin;
 
@@ -86,9 +91,16 @@ impl LoadedExecutable {
     /// Runs the program once on addressable device `device` with `args` as
     /// its parameters, waits for completion, and returns the results.
     ///
-    /// Every argument must come from this executable's client. Arguments are
-    /// never donated, so they stay valid. Wrong argument count, shapes or
-    /// dtypes, and failures during execution, are returned as `Err`.
+    /// Every argument must come from this executable's client and live on
+    /// `device`. Arguments are never donated, so they stay valid. Errors
+    /// (`Err`, never a crash): bad device index, foreign buffers, wrong
+    /// argument count, an argument on another device or with a different byte
+    /// size than the parameter, and failures during execution.
+    ///
+    /// Not checked: the XLA CPU plugin compares only byte sizes, so an
+    /// argument with the same byte size but a different dtype or dims (e.g.
+    /// `i32[2,3]` or `f32[3,2]` for an `f32[2,3]` parameter) runs and
+    /// reinterprets the bytes. Callers must pass what they compiled for.
     pub fn execute(&self, args: &[&Buffer], device: usize) -> Result<Vec<Buffer>> {
         const WHAT: &str = "PJRT_LoadedExecutable_Execute";
         let dev = self.client.device(device, WHAT)?;
@@ -147,10 +159,26 @@ impl LoadedExecutable {
             .collect()
     }
 
+    /// Records the serialized form this executable was loaded from.
+    pub(crate) fn set_source(&mut self, bytes: &[u8]) {
+        self.source = Some(bytes.to_vec());
+    }
+
     /// Serializes the compiled program so it can be cached and loaded later
     /// with [`super::Client::deserialize_executable`], skipping compilation.
-    /// The bytes are only valid for the same plugin build.
+    ///
+    /// The bytes are only valid for the same plugin build, and (for the CPU
+    /// plugin) contain machine code for the host CPU's features, so a cache of
+    /// them must not be shared between different machines.
+    ///
+    /// For an executable that was itself deserialized, this returns the bytes
+    /// it was loaded from: the XLA CPU plugin (0.0.1) re-serializes such an
+    /// executable without its object code, producing bytes that load but fail
+    /// at execution with `NOT_FOUND: Function ... not found`.
     pub fn serialize(&self) -> Result<Vec<u8>> {
+        if let Some(source) = &self.source {
+            return Ok(source.clone());
+        }
         let mut a = sys::PJRT_Executable_Serialize_Args::new();
         a.executable = self.exec;
         pjrt_call!(&*self.client.plugin, PJRT_Executable_Serialize, &mut a)?;

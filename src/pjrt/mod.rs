@@ -80,6 +80,8 @@ mod options;
 pub use api::Plugin;
 pub use buffer::Buffer;
 pub use client::Client;
+// Part of the binding's API even where the crate does not name them.
+#[allow(unused_imports)]
 pub use error::{Error, ErrorCode, Result};
 pub use executable::LoadedExecutable;
 pub use options::compile_options_bytes;

@@ -1,10 +1,10 @@
 //! The serialized `xla.CompileOptionsProto` passed to `PJRT_Client_Compile`.
 //!
 //! The plugin requires compile options (an empty buffer aborts the process),
-//! and lazyfuse needs only "one replica, one partition". Rather than vendoring
-//! XLA's protos, the two messages are declared here with just the fields used,
-//! with XLA's field numbers; protobuf's wire format makes that a valid
-//! encoding of the full messages.
+//! and lazyfuse needs only "one replica, one partition, any device". Rather
+//! than vendoring XLA's protos, the two messages are declared here with just
+//! the fields used, under XLA's field numbers; protobuf's wire format makes
+//! that a valid encoding of the full messages.
 
 use prost::Message;
 
@@ -14,9 +14,7 @@ pub(crate) struct CompileOptionsProto {
     /// `executable_build_options = 3`.
     #[prost(message, optional, tag = "3")]
     pub executable_build_options: Option<ExecutableBuildOptionsProto>,
-    /// `compile_portable_executable = 4`: compile without binding the
-    /// executable to a device, so it can be launched on any addressable device
-    /// (`execute_device` in `PJRT_LoadedExecutable_Execute`).
+    /// `compile_portable_executable = 4`.
     #[prost(bool, tag = "4")]
     pub compile_portable_executable: bool,
 }
@@ -32,29 +30,28 @@ pub(crate) struct ExecutableBuildOptionsProto {
     pub num_partitions: i64,
 }
 
-fn single_device_options(portable: bool) -> CompileOptionsProto {
+/// The options lazyfuse compiles with.
+pub(crate) fn compile_options() -> CompileOptionsProto {
     CompileOptionsProto {
         executable_build_options: Some(ExecutableBuildOptionsProto {
             num_replicas: 1,
             num_partitions: 1,
         }),
-        compile_portable_executable: portable,
+        // Without this the executable is bound to device 0 by the default
+        // device assignment, and launching it on another device with
+        // `execute_device` fails ("ExecuteShard attempted to execute on device
+        // id 1 which is not addressable"). A portable executable runs on
+        // whichever addressable device it is launched on.
+        compile_portable_executable: true,
     }
 }
 
-/// Serialized compile options for a single-replica, single-partition program
-/// (`executable_build_options { num_replicas: 1 num_partitions: 1 }`), the
-/// base configuration for everything lazyfuse compiles. Public so tests and
-/// tools can inspect exactly what is sent to the compiler.
+/// The exact serialized `CompileOptionsProto` that [`super::Client::compile`]
+/// sends: `executable_build_options { num_replicas: 1 num_partitions: 1 }
+/// compile_portable_executable: true`. Public so that caches of serialized
+/// executables can include it in their key, and so tests can pin it.
 pub fn compile_options_bytes() -> Vec<u8> {
-    single_device_options(false).encode_to_vec()
-}
-
-/// The options [`super::Client::compile`] actually sends: the base options
-/// plus `compile_portable_executable: true`, so one executable can run on any
-/// addressable device.
-pub(crate) fn portable_compile_options_bytes() -> Vec<u8> {
-    single_device_options(true).encode_to_vec()
+    compile_options().encode_to_vec()
 }
 
 #[cfg(test)]
@@ -63,12 +60,15 @@ mod tests {
 
     #[test]
     fn compile_options_encode_to_known_bytes() {
+        let build = CompileOptionsProto {
+            executable_build_options: compile_options().executable_build_options,
+            compile_portable_executable: false,
+        };
+        // executable_build_options (field 3, 4 bytes) { num_replicas: 1, num_partitions: 1 }
+        assert_eq!(build.encode_to_vec(), [0x1a, 0x04, 0x20, 0x01, 0x28, 0x01]);
+        // ... followed by compile_portable_executable (field 4): true
         assert_eq!(
             compile_options_bytes(),
-            [0x1a, 0x04, 0x20, 0x01, 0x28, 0x01]
-        );
-        assert_eq!(
-            portable_compile_options_bytes(),
             [0x1a, 0x04, 0x20, 0x01, 0x28, 0x01, 0x20, 0x01]
         );
     }

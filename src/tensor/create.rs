@@ -75,7 +75,7 @@ impl Tensor {
             shape: Shape::new(dims),
             dtype,
         };
-        Tensor::apply_nullary(op, device, Location::caller())
+        Tensor::apply_nullary("full", op, device, Location::caller())
     }
 
     /// A tensor of zeros.
@@ -133,7 +133,7 @@ impl Tensor {
             len,
             dtype,
         };
-        Tensor::apply_nullary(op, device, loc)
+        Tensor::apply_nullary("arange", op, device, loc)
     }
 
     /// Uniform `[0, 1)` f32 values from `seed` (deterministic, generated on the host).

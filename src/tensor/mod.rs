@@ -30,6 +30,12 @@ pub(crate) struct TensorInner {
     pub state: Mutex<TState>,
 }
 
+/// An operand as recorded: a tensor, or a host scalar of a dtype.
+pub(crate) enum Arg<'a> {
+    T(&'a Tensor),
+    Scalar(lazyfuse_ir::Literal, DType),
+}
+
 /// Where a tensor's value is.
 pub(crate) enum TState {
     /// Recorded in `ctx`'s graph of generation `gen` as `node`.
@@ -150,26 +156,70 @@ impl Tensor {
         format!("{}{}", self.dtype(), self.shape())
     }
 
+    /// Applies any IR op to `inputs`: the typed methods are thin wrappers over
+    /// this. Useful for tools and fuzzers that generate op programs; the same
+    /// validation applies (an `Err` naming the caller, nothing recorded).
+    #[track_caller]
+    pub fn apply_op(op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
+        if inputs.is_empty() {
+            return Err(Error::op(
+                op.name(),
+                "apply_op needs at least one tensor operand (use the creation functions for leaves)",
+                String::new(),
+                Location::caller(),
+            ));
+        }
+        Tensor::apply(op, inputs, Location::caller())
+    }
+
     /// Validates and records `op` on `inputs` (the shared path of every op).
     pub(crate) fn apply(
         op: Op,
         inputs: &[&Tensor],
         loc: &'static Location<'static>,
     ) -> Result<Tensor> {
-        let operands: SmallVec<[(&Shape, DType); 3]> =
-            inputs.iter().map(|t| (&t.0.shape, t.0.dtype)).collect();
+        let args: SmallVec<[Arg<'_>; 3]> = inputs.iter().map(|t| Arg::T(t)).collect();
+        Tensor::apply_args(op, &args, loc)
+    }
+
+    /// [`Tensor::apply`] where some operands are host scalars, recorded as
+    /// rank-0 constants in the same step (so fusion-off mode never runs them
+    /// on their own).
+    pub(crate) fn apply_args(
+        op: Op,
+        args: &[Arg<'_>],
+        loc: &'static Location<'static>,
+    ) -> Result<Tensor> {
+        let scalar = Shape::scalar();
+        let operands: SmallVec<[(&Shape, DType); 3]> = args
+            .iter()
+            .map(|a| match a {
+                Arg::T(t) => (&t.0.shape, t.0.dtype),
+                Arg::Scalar(_, d) => (&scalar, *d),
+            })
+            .collect();
         let describe = || {
-            inputs
-                .iter()
-                .map(|t| t.describe())
+            args.iter()
+                .map(|a| match a {
+                    Arg::T(t) => t.describe(),
+                    Arg::Scalar(l, _) => format!("{}", l.as_f64()),
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         };
         let name = op.name();
         let (shape, dtype) =
             lazyfuse_ir::infer(&op, &operands).map_err(|e| Error::op(name, e, describe(), loc))?;
-        let device = &inputs[0].0.device;
-        if let Some(other) = inputs.iter().find(|t| !t.0.device.same_device(device)) {
+        let mut tensors = args.iter().filter_map(|a| match a {
+            Arg::T(t) => Some(*t),
+            Arg::Scalar(..) => None,
+        });
+        let device = &tensors
+            .next()
+            .expect("every op with operands has a tensor operand")
+            .0
+            .device;
+        if let Some(other) = tensors.find(|t| !t.0.device.same_device(device)) {
             return Err(Error::op(
                 name,
                 format!(
@@ -180,16 +230,16 @@ impl Tensor {
                 loc,
             ));
         }
-        crate::context::record(device, op, inputs, shape, dtype, loc)
+        crate::context::record(device, op, args, shape, dtype, loc)
     }
 
     /// Records a leaf-producing op (constants, arange) on `device`.
     pub(crate) fn apply_nullary(
+        name: &'static str,
         op: Op,
         device: &Device,
         loc: &'static Location<'static>,
     ) -> Result<Tensor> {
-        let name = op.name();
         let (shape, dtype) =
             lazyfuse_ir::infer(&op, &[]).map_err(|e| Error::op(name, e, String::new(), loc))?;
         crate::context::record(device, op, &[], shape, dtype, loc)

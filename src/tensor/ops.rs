@@ -3,7 +3,7 @@
 //! site) and records. Families are macro-generated: no copy-pasted op code.
 
 use super::create::literal_for;
-use super::Tensor;
+use super::{Arg, Tensor};
 use crate::{Error, Result};
 use lazyfuse_ir::{
     normalize_axes, normalize_axis, Axes, BinaryOp, CmpOp, DType, InferError, Op, ReduceOp, Shape,
@@ -70,7 +70,7 @@ macro_rules! binary_methods {
                 pub fn $scalar(&self, rhs: f64) -> Result<Tensor> {
                     let loc = Location::caller();
                     let c = self.scalar_operand(stringify!($scalar), rhs, loc)?;
-                    Tensor::apply(Op::Binary(BinaryOp::$op), &[self, &c], loc)
+                    Tensor::apply_args(Op::Binary(BinaryOp::$op), &[Arg::T(self), c], loc)
                 }
             )*
         }
@@ -110,7 +110,7 @@ macro_rules! compare_methods {
                 pub fn $scalar(&self, rhs: f64) -> Result<Tensor> {
                     let loc = Location::caller();
                     let c = self.scalar_operand(stringify!($scalar), rhs, loc)?;
-                    Tensor::apply(Op::Compare(CmpOp::$op), &[self, &c], loc)
+                    Tensor::apply_args(Op::Compare(CmpOp::$op), &[Arg::T(self), c], loc)
                 }
             )*
         }
@@ -168,21 +168,22 @@ reduce_methods!(
 );
 
 impl Tensor {
-    /// A rank-0 constant of this tensor's dtype, validated as an operand of `op`.
-    fn scalar_operand(
+    /// A host scalar operand of this tensor's dtype, validated for `op`.
+    pub(crate) fn scalar_operand(
         &self,
         op: &'static str,
         v: f64,
         loc: &'static Location<'static>,
-    ) -> Result<Tensor> {
+    ) -> Result<Arg<'static>> {
+        let value = literal_for(v, self.dtype());
         let c = Op::Constant {
-            value: literal_for(v, self.dtype()),
+            value,
             shape: Shape::scalar(),
             dtype: self.dtype(),
         };
         lazyfuse_ir::infer(&c, &[])
             .map_err(|e| Error::op(op, e, format!("{}, {v}", self.describe()), loc))?;
-        Tensor::apply_nullary(c, self.device(), loc)
+        Ok(Arg::Scalar(value, self.dtype()))
     }
 
     fn axes(

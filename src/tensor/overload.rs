@@ -1,9 +1,9 @@
 //! `std::ops` overloads. They return `Result<Tensor>` (like candle) because a
 //! shape or dtype mismatch is an error value, never a panic.
 
-use super::Tensor;
+use super::{Arg, Tensor};
 use crate::Result;
-use lazyfuse_ir::{BinaryOp, Op, Shape, UnaryOp};
+use lazyfuse_ir::{BinaryOp, Op, UnaryOp};
 use std::ops::{Add, Div, Mul, Neg, Sub};
 use std::panic::Location;
 
@@ -12,8 +12,8 @@ impl Tensor {
     #[track_caller]
     fn scalar_lhs(&self, op: BinaryOp, lhs: f64) -> Result<Tensor> {
         let loc = Location::caller();
-        let c = Tensor::full(lhs, Shape::scalar().dims(), self.dtype(), self.device())?;
-        Tensor::apply(Op::Binary(op), &[&c, self], loc)
+        let c = self.scalar_operand(op.name(), lhs, loc)?;
+        Tensor::apply_args(Op::Binary(op), &[c, Arg::T(self)], loc)
     }
 }
 

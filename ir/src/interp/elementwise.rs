@@ -14,21 +14,60 @@ pub(crate) enum Values {
     I(Vec<i64>),
 }
 
+/// Smallest positive normal value of the dtypes whose arithmetic flushes
+/// subnormals to zero, or `None` for dtypes that keep them.
+///
+/// lazyfuse's float semantics follow XLA on CPU and GPU: f32, f64 and bf16
+/// arithmetic treats subnormal operands as zero (DAZ) and flushes subnormal
+/// results to zero (FTZ), keeping the sign. f16 is computed in f32, where
+/// every f16 subnormal is a normal number, so f16 keeps its subnormals.
+/// Layout ops and `where_cond` move bits and never flush.
+pub fn flush_threshold(dtype: DType) -> Option<f64> {
+    match dtype {
+        DType::F32 | DType::BF16 => Some(f32::MIN_POSITIVE as f64),
+        DType::F64 => Some(f64::MIN_POSITIVE),
+        _ => None,
+    }
+}
+
+/// Flushes subnormals of `dtype` in `v` to signed zero.
+fn flush(v: &mut [f64], dtype: DType) {
+    if let Some(t) = flush_threshold(dtype) {
+        for x in v.iter_mut() {
+            if *x != 0.0 && x.abs() < t {
+                *x = 0.0f64.copysign(*x);
+            }
+        }
+    }
+}
+
 impl Values {
-    /// The widened elements of `t`.
+    /// The widened elements of `t`, as arithmetic sees them (subnormals of
+    /// flushing dtypes read as zero).
     pub(crate) fn of(t: &HostTensor) -> Self {
         if t.dtype.is_float() {
-            Values::F(t.to_f64_vec())
+            let mut v = t.to_f64_vec();
+            flush(&mut v, t.dtype);
+            Values::F(v)
         } else {
             Values::I(t.to_i64_vec())
         }
     }
 
-    /// Encodes into `dtype`: f64 values round to nearest (or convert like
-    /// Rust `as` for integer dtypes), i64 values wrap (or round for floats).
+    /// Encodes an arithmetic result into `dtype`: f64 values round to nearest
+    /// (subnormal results of flushing dtypes become zero) or convert like Rust
+    /// `as` for integer dtypes; i64 values wrap (or round for floats).
     pub(crate) fn encode(&self, shape: Shape, dtype: DType) -> HostTensor {
         match self {
-            Values::F(v) => HostTensor::from_f64(v, shape, dtype),
+            Values::F(v) => {
+                let h = HostTensor::from_f64(v, shape, dtype);
+                if flush_threshold(dtype).is_none() {
+                    return h;
+                }
+                let mut r = h.to_f64_vec();
+                flush(&mut r, dtype);
+                HostTensor::from_f64(&r, h.shape, dtype)
+            }
             Values::I(v) => HostTensor::from_i64(v, shape, dtype),
         }
     }
@@ -220,12 +259,12 @@ pub(crate) fn convert(x: &HostTensor, to: DType) -> HostTensor {
 /// float source, an int literal an i64 source, a bool a bool source), repeated
 /// over `shape`.
 pub(crate) fn constant(value: Literal, shape: &Shape, dtype: DType) -> HostTensor {
-    let scalar = match value {
-        Literal::Float(v) => Values::F(vec![v]),
-        Literal::Int(v) => Values::I(vec![v]),
-        Literal::Bool(b) => Values::I(vec![b as i64]),
+    // A literal is stored, not computed: no flushing.
+    let one = match value {
+        Literal::Float(v) => HostTensor::from_f64(&[v], Shape::scalar(), dtype),
+        Literal::Int(v) => HostTensor::from_i64(&[v], Shape::scalar(), dtype),
+        Literal::Bool(b) => HostTensor::from_i64(&[b as i64], Shape::scalar(), dtype),
     };
-    let one = scalar.encode(Shape::scalar(), dtype);
     HostTensor {
         shape: shape.clone(),
         dtype,

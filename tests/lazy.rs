@@ -1,0 +1,321 @@
+//! Lazy-execution behaviour: when things compile, flush, bind and free.
+//! Tests here assert on process-wide metric deltas, so every test takes `metrics_lock`.
+
+mod common;
+use common::{dev, metrics_lock};
+use lazyfuse::metrics::{snapshot, FlushReason};
+use lazyfuse::{pending_ops, DType, FusionGuard, Tensor};
+
+fn data(n: usize, seed: f32) -> Vec<f32> {
+    (0..n).map(|i| (i as f32 * 0.37 + seed).sin()).collect()
+}
+
+#[test]
+fn nothing_compiles_before_a_sync_point() {
+    let _l = metrics_lock();
+    let _f = FusionGuard::new(true);
+    let d = dev();
+    let x = Tensor::from_slice(&data(37, 0.1), &[37], &d).unwrap();
+    let before = snapshot();
+    let y = x.exp().unwrap().mul(&x).unwrap().add_scalar(3.0).unwrap();
+    let mid = snapshot();
+    assert_eq!(mid.compiles, before.compiles, "recording must not compile");
+    assert_eq!(
+        mid.regions_executed, before.regions_executed,
+        "recording must not execute"
+    );
+    assert_eq!(mid.flushes(), before.flushes());
+    assert!(pending_ops(&d) >= 4, "ops are pending");
+    assert!(y.is_pending());
+    let v = y.to_vec::<f32>().unwrap();
+    let after = snapshot();
+    assert_eq!(after.compiles - mid.compiles, 1, "one fused region");
+    assert_eq!(after.regions_executed - mid.regions_executed, 1);
+    assert_eq!(pending_ops(&d), 0);
+    let expect: Vec<f32> = data(37, 0.1).iter().map(|&x| x.exp() * x + 3.0).collect();
+    for (a, e) in v.iter().zip(&expect) {
+        assert!((a - e).abs() < 1e-5, "{a} vs {e}");
+    }
+}
+
+#[test]
+fn a_loop_recording_the_same_ops_compiles_once() {
+    let _l = metrics_lock();
+    let _f = FusionGuard::new(true);
+    let d = dev();
+    let mut p = Tensor::from_slice(&data(41, 0.2), &[41], &d).unwrap();
+    let before = snapshot();
+    for step in 0..6 {
+        let g = Tensor::from_slice(&data(41, step as f32), &[41], &d).unwrap();
+        // A changing scalar is part of the key for now; keep it fixed.
+        p = p.sub(&g.mul_scalar(0.5).unwrap()).unwrap();
+        p.realize().unwrap();
+    }
+    let after = snapshot();
+    assert_eq!(
+        after.compiles - before.compiles,
+        1,
+        "the loop body compiles once"
+    );
+    assert_eq!(
+        after.cache_hits - before.cache_hits,
+        5,
+        "then only hits the cache"
+    );
+}
+
+#[test]
+fn reading_a_pending_tensor_flushes_exactly_once() {
+    let _l = metrics_lock();
+    let _f = FusionGuard::new(true);
+    let d = dev();
+    let x = Tensor::from_slice(&data(43, 0.3), &[43], &d).unwrap();
+    let y = x.tanh().unwrap().sqrt().unwrap();
+    let z = x.abs().unwrap();
+    let before = snapshot();
+    let _ = y.to_vec::<f32>().unwrap();
+    let mid = snapshot();
+    assert_eq!(mid.flushes() - before.flushes(), 1);
+    assert_eq!(
+        mid.flushes_for(FlushReason::Read) - before.flushes_for(FlushReason::Read),
+        1
+    );
+    // Both pending tensors were computed by that one flush.
+    assert!(!z.is_pending());
+    let _ = y.to_vec::<f32>().unwrap();
+    let _ = z.to_vec::<f32>().unwrap();
+    assert_eq!(
+        snapshot().flushes(),
+        mid.flushes(),
+        "materialised tensors never flush again"
+    );
+}
+
+#[test]
+fn dropped_intermediates_are_not_materialised() {
+    let _l = metrics_lock();
+    let _f = FusionGuard::new(true);
+    let d = dev();
+    let x = Tensor::from_slice(&data(47, 0.4), &[47], &d).unwrap();
+    let live_before = snapshot().live_buffers;
+    let a = x.exp().unwrap();
+    let b = a.mul_scalar(2.0).unwrap();
+    let c = b.add(&x).unwrap();
+    drop(a);
+    drop(b);
+    c.realize().unwrap();
+    let live_after = snapshot().live_buffers;
+    assert_eq!(live_after - live_before, 1, "only `c` got a device buffer");
+}
+
+#[test]
+fn live_buffers_stay_flat_over_a_thousand_iterations() {
+    let _l = metrics_lock();
+    let _f = FusionGuard::new(true);
+    let d = dev();
+    let mut p = Tensor::from_slice(&data(53, 0.5), &[53], &d).unwrap();
+    let g = Tensor::from_slice(&data(53, 0.6), &[53], &d).unwrap();
+    p = p.sub(&g.mul_scalar(0.01).unwrap()).unwrap();
+    p.realize().unwrap();
+    let start = snapshot().live_buffers;
+    for _ in 0..1000 {
+        p = p.sub(&g.mul_scalar(0.01).unwrap()).unwrap();
+        p.realize().unwrap();
+    }
+    let end = snapshot().live_buffers;
+    assert_eq!(start, end, "no device buffer leaks");
+}
+
+#[test]
+fn pending_tensor_used_on_another_thread() {
+    let _l = metrics_lock();
+    let _f = FusionGuard::new(true);
+    let d = dev();
+    let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], &d).unwrap();
+    let y = x.mul(&x).unwrap(); // pending in this thread's graph
+    assert!(y.is_pending());
+    let y2 = y.clone();
+    let got = std::thread::spawn(move || {
+        let z = y2.add_scalar(1.0).unwrap(); // flushes the owner's graph first
+        z.to_vec::<f32>().unwrap()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(got, vec![2.0, 5.0, 10.0]);
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![1.0, 4.0, 9.0]);
+}
+
+#[test]
+fn many_threads_share_tensors() {
+    let _l = metrics_lock();
+    let d = dev();
+    let base = Tensor::from_slice(&data(64, 0.7), &[8, 8], &d).unwrap();
+    let pending = base.exp().unwrap();
+    let handles: Vec<_> = (0..4)
+        .map(|t| {
+            let p = pending.clone();
+            std::thread::spawn(move || {
+                let mut acc = p.mul_scalar(t as f64).unwrap();
+                for _ in 0..10 {
+                    acc = acc.add(&p).unwrap();
+                }
+                acc.sum_all().unwrap().item::<f32>().unwrap()
+            })
+        })
+        .collect();
+    let total: f32 = data(64, 0.7).iter().map(|v| v.exp()).sum();
+    for (t, h) in handles.into_iter().enumerate() {
+        let got = h.join().unwrap();
+        let expect = total * (t as f32 + 10.0);
+        assert!(
+            (got - expect).abs() < 1e-3 * expect.abs(),
+            "thread {t}: {got} vs {expect}"
+        );
+    }
+}
+
+#[test]
+fn fusion_off_runs_every_op_when_recorded() {
+    let _l = metrics_lock();
+    let _f = FusionGuard::new(false);
+    let d = dev();
+    let x = Tensor::from_slice(&data(59, 0.8), &[59], &d).unwrap();
+    let before = snapshot();
+    let y = x.exp().unwrap();
+    assert!(!y.is_pending(), "unfused ops run when recorded");
+    let z = y.add_scalar(1.0).unwrap().sqrt().unwrap();
+    assert!(!z.is_pending());
+    let after = snapshot();
+    assert_eq!(
+        after.regions_executed - before.regions_executed,
+        3,
+        "one region per op"
+    );
+    assert_eq!(
+        after.flushes_for(FlushReason::Eager) - before.flushes_for(FlushReason::Eager),
+        3
+    );
+}
+
+#[test]
+fn fused_equals_unfused_on_multi_op_programs() {
+    let _l = metrics_lock();
+    let d = dev();
+    let run = |fuse: bool| {
+        let _f = FusionGuard::new(fuse);
+        let x = Tensor::from_slice(&data(6 * 5, 0.9), &[6, 5], &d).unwrap();
+        let w = Tensor::from_slice(&data(5 * 4, 1.3), &[5, 4], &d).unwrap();
+        let h = x.matmul(&w).unwrap().gelu().unwrap();
+        let mu = h.mean(&[-1], true).unwrap();
+        let c = h.sub(&mu).unwrap();
+        let var = c.mul(&c).unwrap().mean(&[-1], true).unwrap();
+        let n = c
+            .div(&var.add_scalar(1e-5).unwrap().sqrt().unwrap())
+            .unwrap();
+        let m = n
+            .maximum(
+                &n.transpose(0, 1)
+                    .unwrap()
+                    .narrow(0, 0, 1)
+                    .unwrap()
+                    .reshape(&[1, 6])
+                    .unwrap()
+                    .narrow(1, 0, 4)
+                    .unwrap(),
+            )
+            .unwrap();
+        let sel = m
+            .gt_scalar(0.0)
+            .unwrap()
+            .where_cond(&m, &m.neg().unwrap())
+            .unwrap();
+        let out = Tensor::cat(&[&sel, &m.exp().unwrap()], 0).unwrap();
+        let am = out.argmax(1, false).unwrap();
+        (out.to_vec::<f32>().unwrap(), am.to_vec::<i64>().unwrap())
+    };
+    let (fa, fb) = run(true);
+    let (ua, ub) = run(false);
+    assert_eq!(fb, ub);
+    for (a, b) in fa.iter().zip(&ua) {
+        assert!(
+            (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+            "fused {a} vs unfused {b}"
+        );
+    }
+}
+
+#[test]
+fn graph_cap_flushes_long_recordings() {
+    let _l = metrics_lock();
+    let _f = FusionGuard::new(true);
+    let d = dev();
+    let old = lazyfuse::max_pending_ops();
+    lazyfuse::set_max_pending_ops(50);
+    let before = snapshot();
+    let mut x = Tensor::from_slice(&data(61, 1.0), &[61], &d).unwrap();
+    for _ in 0..120 {
+        x = x.mul_scalar(1.0001).unwrap();
+    }
+    let v = x.to_vec::<f32>().unwrap();
+    lazyfuse::set_max_pending_ops(old);
+    let after = snapshot();
+    assert!(
+        after.flushes_for(FlushReason::GraphCap) - before.flushes_for(FlushReason::GraphCap) >= 2
+    );
+    let expect = data(61, 1.0)[0] * 1.0001f32.powi(120);
+    assert!((v[0] - expect).abs() < 1e-4);
+}
+
+#[test]
+fn creation_ops_are_lazy_and_fuse() {
+    let _l = metrics_lock();
+    let d = dev();
+    let z = Tensor::zeros(&[2, 3], DType::F32, &d).unwrap();
+    let o = Tensor::ones(&[3], DType::F32, &d).unwrap();
+    let r = Tensor::arange(0.0, 6.0, DType::I64, &d)
+        .unwrap()
+        .reshape(&[2, 3])
+        .unwrap();
+    let f = Tensor::full(2.5, &[2, 3], DType::F64, &d).unwrap();
+    assert!(z.is_pending());
+    assert_eq!(z.add(&o).unwrap().to_vec::<f32>().unwrap(), vec![1.0; 6]);
+    assert_eq!(r.to_vec::<i64>().unwrap(), vec![0, 1, 2, 3, 4, 5]);
+    assert_eq!(f.to_vec::<f64>().unwrap(), vec![2.5; 6]);
+    let s = Tensor::arange_step(1.0, -1.0, -0.5, DType::F32, &d).unwrap();
+    assert_eq!(s.to_vec::<f32>().unwrap(), vec![1.0, 0.5, 0.0, -0.5]);
+    let a = Tensor::rand(&[1000], 7, &d)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    assert!(a.iter().all(|&v| (0.0..1.0).contains(&v)));
+    let b = Tensor::rand(&[1000], 7, &d)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    assert_eq!(a, b, "seeded rand is deterministic");
+    let n = Tensor::randn(&[4000], 3, &d).unwrap();
+    let mean = n.mean_all().unwrap().item::<f32>().unwrap();
+    let var = n
+        .mul(&n)
+        .unwrap()
+        .mean_all()
+        .unwrap()
+        .item::<f32>()
+        .unwrap();
+    assert!(
+        mean.abs() < 0.06 && (var - 1.0).abs() < 0.08,
+        "mean {mean} var {var}"
+    );
+}
+
+#[test]
+fn display_shows_values() {
+    let _l = metrics_lock();
+    let d = dev();
+    let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2], &d).unwrap();
+    assert_eq!(format!("{x}"), "[[1.0, 2.0], [3.0, 4.0]] f32[2, 2]");
+    let b = x.gt_scalar(2.0).unwrap();
+    assert_eq!(format!("{b}"), "[[false, false], [true, true]] bool[2, 2]");
+    let i = Tensor::from_slice(&[7i32], &[], &d).unwrap();
+    assert_eq!(format!("{i:?}"), "Tensor(7 i32[])");
+}
