@@ -486,6 +486,23 @@ fn matmul(e: &mut Emitter<'_>, id: NodeId) -> String {
     let va = e.value(node.inputs[0]);
     let vb = e.value(node.inputs[1]);
     let va = e.broadcast(&va, &a.shape, &sa, a.dtype);
+    if b.shape.dims()[..b.shape.rank() - 2].iter().all(|&d| d == 1) {
+        // `[..., m, k] x [k, n]` (a shared weight): one large GEMM with the
+        // batch dims folded into m, instead of materialising a broadcast
+        // weight and running many small batched GEMMs.
+        let kn = Shape::new(&b.shape.dims()[b.shape.rank() - 2..]);
+        let vb = e.reshape(&vb, &b.shape, &kn, b.dtype);
+        let attr = format!(
+            "dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [{}], rhs_contracting_dimensions = [0]>",
+            nb + 1
+        );
+        return e.op(
+            "stablehlo.dot_general",
+            &[(&va, ty(&sa, a.dtype)), (&vb, ty(&kn, b.dtype))],
+            &attr,
+            &ty(out, node.dtype),
+        );
+    }
     let vb = e.broadcast(&vb, &b.shape, &sb, b.dtype);
     let bd = (0..nb)
         .map(|i| i.to_string())

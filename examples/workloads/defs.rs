@@ -1,0 +1,156 @@
+//! The workloads of `../shared/WORKLOADS.md`, written as plain eager lazyfuse
+//! code exactly like the peers write them (`../shared/peers/workloads.py`).
+
+use lazyfuse::{sync, DType, Device, Result, Tensor};
+
+/// One workload: its name and a constructor for its per-iteration closure.
+pub struct Workload {
+    pub name: &'static str,
+    pub build: fn(&Device) -> Result<Box<dyn FnMut() -> Result<()>>>,
+}
+
+/// Every workload the runner knows, in the order of WORKLOADS.md.
+pub fn all() -> Vec<Workload> {
+    vec![
+        Workload {
+            name: "gelu_chain",
+            build: gelu_chain,
+        },
+        Workload {
+            name: "layernorm_gelu",
+            build: layernorm_gelu,
+        },
+        Workload {
+            name: "adam_200_small",
+            build: adam_200_small,
+        },
+        Workload {
+            name: "transformer_block_fwd",
+            build: transformer_block_fwd,
+        },
+    ]
+}
+
+const GELU_C: f64 = 0.7978845608028654;
+
+/// The tanh-approximation GELU spelled out in primitive ops (as the peers do).
+fn gelu(x: &Tensor) -> Result<Tensor> {
+    let x3 = x.mul(x)?.mul(x)?;
+    let inner = x.add(&x3.mul_scalar(0.044715)?)?.mul_scalar(GELU_C)?;
+    x.mul_scalar(0.5)?.mul(&inner.tanh()?.add_scalar(1.0)?)
+}
+
+fn materialized(t: Tensor) -> Result<Tensor> {
+    t.realize()?;
+    Ok(t)
+}
+
+fn gelu_chain(dev: &Device) -> Result<Box<dyn FnMut() -> Result<()>>> {
+    let x = Tensor::randn(&[1 << 20], 0, dev)?;
+    Ok(Box::new(move || {
+        gelu(&x)?.realize()?;
+        Ok(())
+    }))
+}
+
+fn layer_norm(h: &Tensor, g: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let mu = h.mean(&[-1], true)?;
+    let c = h.sub(&mu)?;
+    let var = c.mul(&c)?.mean(&[-1], true)?;
+    c.div(&var.add_scalar(1e-5)?.sqrt()?)?.mul(g)?.add(b)
+}
+
+fn layernorm_gelu(dev: &Device) -> Result<Box<dyn FnMut() -> Result<()>>> {
+    let x = Tensor::randn(&[512, 1024], 1, dev)?;
+    let g = Tensor::randn(&[1024], 2, dev)?;
+    let b = Tensor::randn(&[1024], 3, dev)?;
+    Ok(Box::new(move || {
+        let h = layer_norm(&x, &g, &b)?;
+        gelu(&h)?.add(&x)?.realize()?;
+        Ok(())
+    }))
+}
+
+fn adam_200_small(dev: &Device) -> Result<Box<dyn FnMut() -> Result<()>>> {
+    let n = 200;
+    let mut p: Vec<Tensor> = (0..n)
+        .map(|i| Tensor::randn(&[64, 64], 10 + i, dev))
+        .collect::<Result<_>>()?;
+    let g: Vec<Tensor> = (0..n)
+        .map(|i| materialized(Tensor::randn(&[64, 64], 1000 + i, dev)?.mul_scalar(0.01)?))
+        .collect::<Result<_>>()?;
+    let mut m: Vec<Tensor> = (0..n)
+        .map(|_| materialized(Tensor::zeros(&[64, 64], DType::F32, dev)?))
+        .collect::<Result<_>>()?;
+    let mut v = m.clone();
+    let mut t = 0i32;
+    let (b1, b2, lr, eps, wd) = (0.9f64, 0.999f64, 1e-3f64, 1e-8f64, 0.01f64);
+    Ok(Box::new(move || {
+        t += 1;
+        let (bc1, bc2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
+        for i in 0..n as usize {
+            m[i] = m[i].mul_scalar(b1)?.add(&g[i].mul_scalar(1.0 - b1)?)?;
+            v[i] = v[i]
+                .mul_scalar(b2)?
+                .add(&g[i].mul(&g[i])?.mul_scalar(1.0 - b2)?)?;
+            let mh = m[i].div_scalar(bc1)?;
+            let vh = v[i].div_scalar(bc2)?;
+            let upd = mh
+                .div(&vh.sqrt()?.add_scalar(eps)?)?
+                .add(&p[i].mul_scalar(wd)?)?;
+            p[i] = p[i].sub(&upd.mul_scalar(lr)?)?;
+        }
+        // Like torch_xla.sync(): materialise every parameter and moment.
+        sync();
+        p[n as usize - 1].realize()?;
+        Ok(())
+    }))
+}
+
+fn transformer_block_fwd(dev: &Device) -> Result<Box<dyn FnMut() -> Result<()>>> {
+    let (b, t, c, nh) = (8usize, 128usize, 256usize, 4usize);
+    let hd = c / nh;
+    let lin = |i: usize, o: usize, seed: u64| -> Result<Tensor> {
+        materialized(Tensor::randn(&[i, o], seed, dev)?.mul_scalar(1.0 / (i as f64).sqrt())?)
+    };
+    let x = Tensor::randn(&[b, t, c], 20, dev)?;
+    let (wqkv, wo, w1, w2) = (
+        lin(c, 3 * c, 21)?,
+        lin(c, c, 22)?,
+        lin(c, 4 * c, 23)?,
+        lin(4 * c, c, 24)?,
+    );
+    let zeros = |n: usize| materialized(Tensor::zeros(&[n], DType::F32, dev)?);
+    let (bqkv, bo, b1, b2) = (zeros(3 * c)?, zeros(c)?, zeros(4 * c)?, zeros(c)?);
+    let ln_g = materialized(Tensor::ones(&[c], DType::F32, dev)?)?;
+    let ln_b = zeros(c)?;
+    // Causal mask: true above the diagonal (masked out).
+    let r = Tensor::arange(0.0, t as f64, DType::I32, dev)?;
+    let mask = materialized(r.unsqueeze(1)?.lt(&r.unsqueeze(0)?)?)?;
+    let neg_inf = materialized(Tensor::full(f64::NEG_INFINITY, &[], DType::F32, dev)?)?;
+    Ok(Box::new(move || {
+        let h = layer_norm(&x, &ln_g, &ln_b)?;
+        let qkv = h.matmul(&wqkv)?.add(&bqkv)?;
+        let heads = |k: usize| -> Result<Tensor> {
+            qkv.narrow(-1, k * c, c)?
+                .reshape(&[b, t, nh, hd])?
+                .permute(&[0, 2, 1, 3])
+        };
+        let (q, k, v) = (heads(0)?, heads(1)?, heads(2)?);
+        let att = q
+            .matmul(&k.transpose(-2, -1)?)?
+            .mul_scalar(1.0 / (hd as f64).sqrt())?;
+        let att = mask.where_cond(&neg_inf, &att)?;
+        let e = att.sub(&att.max(&[-1], true)?)?.exp()?;
+        let att = e.div(&e.sum(&[-1], true)?)?;
+        let y = att
+            .matmul(&v)?
+            .permute(&[0, 2, 1, 3])?
+            .reshape(&[b, t, c])?;
+        let x1 = x.add(&y.matmul(&wo)?.add(&bo)?)?;
+        let h2 = layer_norm(&x1, &ln_g, &ln_b)?;
+        let y2 = gelu(&h2.matmul(&w1)?.add(&b1)?)?.matmul(&w2)?.add(&b2)?;
+        x1.add(&y2)?.realize()?;
+        Ok(())
+    }))
+}

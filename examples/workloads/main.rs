@@ -1,0 +1,258 @@
+//! The workload runner: times the workloads of `../shared/WORKLOADS.md` fused
+//! and unfused (and optionally the peers, in the same run) and prints median
+//! ms per iteration, compiles during the timed part, and ratios.
+//!
+//! ```text
+//! cargo run --release --example workloads -- [--fusion on|off|both] [--json PATH]
+//!     [--iters N] [--warmup N] [--peers PYTHON] [--peer-systems torch,xla,jaxjit,jaxeager] [NAME...]
+//! ```
+
+mod defs;
+
+use lazyfuse::{metrics, Device, FusionGuard};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+struct Args {
+    fusion: Vec<bool>,
+    json: Option<String>,
+    iters: usize,
+    warmup: usize,
+    peers: Option<String>,
+    peer_systems: String,
+    names: Vec<String>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        fusion: vec![true, false],
+        json: None,
+        iters: 20,
+        warmup: 3,
+        peers: None,
+        peer_systems: "torch,xla,jaxjit,jaxeager".into(),
+        names: vec![],
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut val = |name: &str| it.next().ok_or(format!("{name} needs a value"));
+        match arg.as_str() {
+            "--fusion" => {
+                a.fusion = match val("--fusion")?.as_str() {
+                    "on" => vec![true],
+                    "off" => vec![false],
+                    "both" => vec![true, false],
+                    o => return Err(format!("--fusion takes on|off|both, not {o}")),
+                }
+            }
+            "--json" => a.json = Some(val("--json")?),
+            "--iters" => {
+                a.iters = val("--iters")?
+                    .parse()
+                    .map_err(|e| format!("--iters: {e}"))?
+            }
+            "--warmup" => {
+                a.warmup = val("--warmup")?
+                    .parse()
+                    .map_err(|e| format!("--warmup: {e}"))?
+            }
+            "--peers" => a.peers = Some(val("--peers")?),
+            "--peer-systems" => a.peer_systems = val("--peer-systems")?,
+            "-h" | "--help" => return Err(String::new()),
+            name if !name.starts_with('-') => a.names.push(name.to_string()),
+            other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    Ok(a)
+}
+
+struct Record {
+    workload: String,
+    system: String,
+    median_ms: f64,
+    compiles_timed: Option<u64>,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn run_peers(
+    python: &str,
+    systems: &str,
+    names: &[String],
+    iters: usize,
+    warmup: usize,
+) -> Vec<Record> {
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/peers/workloads.py");
+    let out = std::process::Command::new(python)
+        .arg(&script)
+        .args(names)
+        .args([
+            "--systems",
+            systems,
+            "--iters",
+            &iters.to_string(),
+            "--warmup",
+            &warmup.to_string(),
+        ])
+        .output();
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("cannot run peers with {python}: {e}");
+            return vec![];
+        }
+    };
+    if !out.status.success() {
+        eprintln!("peers failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            let ms = f.get(2)?.trim_end_matches(" ms").parse().ok()?;
+            Some(Record {
+                workload: f[0].into(),
+                system: f[1].into(),
+                median_ms: ms,
+                compiles_timed: None,
+            })
+        })
+        .collect()
+}
+
+fn main() {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}\nusage: workloads [--fusion on|off|both] [--json PATH] [--iters N] [--warmup N] [--peers PYTHON] [--peer-systems LIST] [NAME...]");
+            std::process::exit(2);
+        }
+    };
+    let dev = Device::cpu().unwrap_or_else(|e| panic!("no device: {e}"));
+    let all = defs::all();
+    let names: Vec<String> = if args.names.is_empty() {
+        all.iter().map(|w| w.name.to_string()).collect()
+    } else {
+        args.names.clone()
+    };
+    let mut records = Vec::new();
+    for name in &names {
+        let Some(w) = all.iter().find(|w| w.name == name) else {
+            eprintln!(
+                "unknown workload {name}; known: {:?}",
+                all.iter().map(|w| w.name).collect::<Vec<_>>()
+            );
+            std::process::exit(2);
+        };
+        for &fuse in &args.fusion {
+            let _g = FusionGuard::new(fuse);
+            let mut step = (w.build)(&dev).unwrap_or_else(|e| panic!("{name}: setup failed: {e}"));
+            for _ in 0..args.warmup {
+                step().unwrap_or_else(|e| panic!("{name}: {e}"));
+            }
+            let before = metrics::snapshot();
+            let times: Vec<f64> = (0..args.iters)
+                .map(|_| {
+                    let t0 = Instant::now();
+                    step().unwrap_or_else(|e| panic!("{name}: {e}"));
+                    t0.elapsed().as_secs_f64() * 1e3
+                })
+                .collect();
+            let after = metrics::snapshot();
+            let system = if fuse {
+                "lazyfuse"
+            } else {
+                "lazyfuse-nofusion"
+            };
+            let rec = Record {
+                workload: name.clone(),
+                system: system.into(),
+                median_ms: median(times),
+                compiles_timed: Some(after.compiles - before.compiles),
+            };
+            eprintln!(
+                "{name:<24} {system:<18} {:>10.3} ms  compiles(timed) {}  cache hits(timed) {}",
+                rec.median_ms,
+                after.compiles - before.compiles,
+                after.cache_hits - before.cache_hits
+            );
+            records.push(rec);
+        }
+    }
+    if let Some(py) = &args.peers {
+        records.extend(run_peers(
+            py,
+            &args.peer_systems,
+            &names,
+            args.iters,
+            args.warmup,
+        ));
+    }
+    print_table(&records, &names);
+    if let Some(path) = &args.json {
+        let body: Vec<String> = records
+            .iter()
+            .map(|r| {
+                let c = r.compiles_timed.map_or("null".to_string(), |c| c.to_string());
+                format!(
+                    "  {{\"workload\": \"{}\", \"system\": \"{}\", \"median_ms\": {:.4}, \"compiles_timed\": {c}}}",
+                    r.workload, r.system, r.median_ms
+                )
+            })
+            .collect();
+        std::fs::write(path, format!("[\n{}\n]\n", body.join(",\n")))
+            .unwrap_or_else(|e| panic!("writing {path}: {e}"));
+    }
+}
+
+fn print_table(records: &[Record], names: &[String]) {
+    let mut systems: Vec<String> = Vec::new();
+    for r in records {
+        if !systems.contains(&r.system) {
+            systems.push(r.system.clone());
+        }
+    }
+    let get: BTreeMap<(String, String), f64> = records
+        .iter()
+        .map(|r| ((r.workload.clone(), r.system.clone()), r.median_ms))
+        .collect();
+    print!("| workload |");
+    for s in &systems {
+        print!(" {s} |");
+    }
+    let ratio_cols: Vec<&String> = systems
+        .iter()
+        .filter(|s| s.as_str() != "lazyfuse")
+        .collect();
+    for s in &ratio_cols {
+        print!(" {s} / lazyfuse |");
+    }
+    println!();
+    println!("|{}", "---|".repeat(1 + systems.len() + ratio_cols.len()));
+    for n in names {
+        print!("| {n} |");
+        for s in &systems {
+            match get.get(&(n.clone(), s.clone())) {
+                Some(ms) => print!(" {ms:.3} |"),
+                None => print!(" - |"),
+            }
+        }
+        let base = get.get(&(n.clone(), "lazyfuse".to_string()));
+        for s in &ratio_cols {
+            match (base, get.get(&(n.clone(), (*s).clone()))) {
+                (Some(b), Some(o)) => print!(" {:.2}x |", o / b),
+                _ => print!(" - |"),
+            }
+        }
+        println!();
+    }
+}
