@@ -275,17 +275,31 @@ fn run_region(
     values: &[Option<Arc<DeviceBuffer>>],
     failed: &[Option<Error>],
 ) -> Result<Vec<Arc<DeviceBuffer>>> {
+    let rt = &device.rt;
+    let mut lifted: SmallVec<[Arc<DeviceBuffer>; 4]> = SmallVec::new();
+    for p in &region.params {
+        if values[p.index()].is_none() && failed[p.index()].is_none() {
+            // A lifted host scalar: a parameter, so its value is not in the key.
+            if let Op::Constant { value, dtype, .. } = graph.node(*p).op {
+                lifted.push(rt.scalar(value, dtype, device.ordinal)?);
+            }
+        }
+    }
+    let mut lifted_iter = lifted.iter();
     let mut args: SmallVec<[&DeviceBuffer; 8]> = SmallVec::new();
     for p in &region.params {
         match (&values[p.index()], &failed[p.index()]) {
             (Some(b), _) => args.push(b),
             (None, Some(e)) => return Err(e.clone()),
-            (None, None) => {
-                return Err(Error::Pjrt(format!(
-                    "internal: parameter {} has no value",
-                    p.index()
-                )))
-            }
+            (None, None) => match lifted_iter.next() {
+                Some(b) => args.push(b),
+                None => {
+                    return Err(Error::Pjrt(format!(
+                        "internal: parameter {} has no value",
+                        p.index()
+                    )))
+                }
+            },
         }
     }
     let describe = |stage: &'static str, message: String| Error::Xla {
@@ -294,7 +308,6 @@ fn run_region(
         ops: describe_ops(graph, region),
         message,
     };
-    let rt = &device.rt;
     let exe = rt
         .executable(region.key, || crate::lower::lower_region(graph, region))
         .map_err(|m| describe("compile", m))?;

@@ -5,7 +5,7 @@ use crate::metrics::{self, C};
 use crate::pjrt;
 use crate::{Error, Result};
 use lazyfuse_fusion::RegionKey;
-use lazyfuse_ir::{DType, HostTensor, Shape};
+use lazyfuse_ir::{DType, HostTensor, Literal, Shape};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -54,7 +54,14 @@ pub struct Runtime {
     plugin_path: PathBuf,
     client: pjrt::Client,
     cache: Mutex<HashMap<RegionKey, Slot>>,
+    /// Uploaded lifted scalars by (bits, dtype, device): a loop reuses its
+    /// learning rate's buffer instead of transferring it every step.
+    scalars: Mutex<HashMap<(u64, DType, usize), Arc<DeviceBuffer>>>,
 }
+
+/// Bound on cached scalar buffers (cleared when exceeded: values like a
+/// per-step bias correction would otherwise accumulate forever).
+const MAX_CACHED_SCALARS: usize = 4096;
 
 static NEXT_ID: AtomicU32 = AtomicU32::new(1);
 
@@ -79,6 +86,7 @@ impl Runtime {
             plugin_path: path.to_path_buf(),
             client,
             cache: Mutex::new(HashMap::new()),
+            scalars: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -107,6 +115,37 @@ impl Runtime {
         metrics::add(&C.h2d_transfers, 1);
         metrics::add(&C.h2d_bytes, host.bytes.len() as u64);
         Ok(DeviceBuffer::new(buf, host.shape.clone(), host.dtype))
+    }
+
+    /// A device buffer holding the rank-0 `value` of `dtype` (cached).
+    pub fn scalar(
+        &self,
+        value: Literal,
+        dtype: DType,
+        ordinal: usize,
+    ) -> Result<Arc<DeviceBuffer>> {
+        let host = lazyfuse_ir::interp::eval_op(
+            &lazyfuse_ir::Op::Constant {
+                value,
+                shape: Shape::scalar(),
+                dtype,
+            },
+            &[],
+        )
+        .map_err(|e| Error::Pjrt(format!("invalid scalar: {e}")))?;
+        let mut bits = [0u8; 8];
+        bits[..host.bytes.len()].copy_from_slice(&host.bytes);
+        let key = (u64::from_le_bytes(bits), dtype, ordinal);
+        if let Some(b) = self.scalars.lock().get(&key) {
+            return Ok(b.clone());
+        }
+        let b = self.upload(&host, ordinal)?;
+        let mut map = self.scalars.lock();
+        if map.len() >= MAX_CACHED_SCALARS {
+            map.clear();
+        }
+        map.insert(key, b.clone());
+        Ok(b)
     }
 
     /// Copies a device buffer back to the host.

@@ -47,8 +47,10 @@ fn a_loop_recording_the_same_ops_compiles_once() {
     let before = snapshot();
     for step in 0..6 {
         let g = Tensor::from_slice(&data(41, step as f32), &[41], &d).unwrap();
-        // A changing scalar is part of the key for now; keep it fixed.
-        p = p.sub(&g.mul_scalar(0.5).unwrap()).unwrap();
+        // The learning rate changes every step: lifted scalars are region
+        // parameters, so this never recompiles.
+        let lr = 0.5 / (1.0 + step as f64);
+        p = p.sub(&g.mul_scalar(lr).unwrap()).unwrap();
         p.realize().unwrap();
     }
     let after = snapshot();
@@ -62,6 +64,17 @@ fn a_loop_recording_the_same_ops_compiles_once() {
         5,
         "then only hits the cache"
     );
+    let mut expect = data(41, 0.2);
+    for step in 0..6 {
+        let lr = 0.5 / (1.0 + step as f64);
+        for (e, g) in expect.iter_mut().zip(data(41, step as f32)) {
+            *e -= g * lr as f32;
+        }
+    }
+    let got = p.to_vec::<f32>().unwrap();
+    for (a, e) in got.iter().zip(&expect) {
+        assert!((a - e).abs() < 1e-5, "{a} vs {e}");
+    }
 }
 
 #[test]
@@ -97,6 +110,8 @@ fn dropped_intermediates_are_not_materialised() {
     let _f = FusionGuard::new(true);
     let d = dev();
     let x = Tensor::from_slice(&data(47, 0.4), &[47], &d).unwrap();
+    // Warm the lifted-scalar cache so only computed values count below.
+    x.mul_scalar(2.0).unwrap().realize().unwrap();
     let live_before = snapshot().live_buffers;
     let a = x.exp().unwrap();
     let b = a.mul_scalar(2.0).unwrap();

@@ -6,14 +6,18 @@
 //! about XLA; every decision is deterministic (no timing, no thread state), so
 //! it can be pinned by golden tests and region counts.
 //!
-//! Strategy today: prune everything no live tensor needs; with fusion on, put
-//! the rest into as few regions as the size cap allows; with fusion off, one
-//! region per op. Splat constants are cloned into each region that uses them
-//! instead of being computed on their own, so a scalar operand never costs a
-//! separate execution.
+//! Strategy: prune everything no live tensor needs; turn rank-0 host scalars
+//! into region parameters (scalar lifting: a changing learning rate never
+//! recompiles); cut loop bodies recorded several times in a row into one
+//! region per repetition (one cached executable); pack the rest into as few
+//! regions as the compile-cost cap allows. With fusion off, one region per op.
+//! Other constants are cloned into each region that uses them instead of being
+//! computed on their own. Region keys are canonical (see [`RegionKey`]).
 
 mod key;
 mod plan;
+mod repeat;
 
 pub use key::RegionKey;
 pub use plan::{plan, Plan, PlanOptions, Region};
+pub use repeat::{find_repeats, Repeat, RepeatOptions};

@@ -1,6 +1,7 @@
 //! Pruning and region cutting.
 
 use crate::key::{region_key, RegionKey};
+use crate::repeat::{find_repeats, RepeatOptions};
 use lazyfuse_ir::{Graph, NodeId, Op};
 use std::fmt::Write;
 
@@ -9,16 +10,23 @@ use std::fmt::Write;
 pub struct PlanOptions {
     /// Fuse ops into shared regions (`false`: one region per op, for debugging).
     pub fuse: bool,
-    /// Upper bound on computed (non-constant) nodes per region, so one huge
-    /// flush never becomes one slow-to-compile executable.
-    pub max_region_nodes: usize,
+    /// Upper bound on the summed [`Op::compile_cost`] of a region, so one
+    /// huge flush never becomes one slow-to-compile executable.
+    pub max_region_cost: usize,
+    /// Cut loop bodies recorded several times in a row into one region per
+    /// repetition (one cached executable), see [`crate::find_repeats`].
+    pub detect_repeats: bool,
+    /// Knobs of the repeated-block search.
+    pub repeat: RepeatOptions,
 }
 
 impl Default for PlanOptions {
     fn default() -> Self {
         PlanOptions {
             fuse: true,
-            max_region_nodes: 4096,
+            max_region_cost: 4096,
+            detect_repeats: true,
+            repeat: RepeatOptions::default(),
         }
     }
 }
@@ -94,6 +102,7 @@ impl Plan {
 
 const UNASSIGNED: u32 = u32::MAX;
 const INLINE: u32 = u32::MAX - 1;
+const LIFTED: u32 = u32::MAX - 2;
 
 /// Plans a flush: computes what `live` needs and cuts it into regions.
 pub fn plan(graph: &Graph, live: &[NodeId], opts: &PlanOptions) -> Plan {
@@ -111,26 +120,32 @@ pub fn plan(graph: &Graph, live: &[NodeId], opts: &PlanOptions) -> Plan {
             }
         }
     }
-    // 2. Assign computed nodes to groups in topological order.
+    // 2. Classify: leaves are params, non-live constants are inlined into
+    //    each region that uses them (liftable scalars become params instead),
+    //    everything else is computed.
     let mut group = vec![UNASSIGNED; n];
-    let mut groups: Vec<Vec<NodeId>> = Vec::new();
-    let mut current_size = usize::MAX;
+    let mut seq: Vec<NodeId> = Vec::new();
     for id in graph.ids() {
         let node = graph.node(id);
         if !needed[id.index()] || node.op.is_input() {
             continue;
         }
         if matches!(node.op, Op::Constant { .. }) && !is_live[id.index()] {
-            group[id.index()] = INLINE;
+            group[id.index()] = if node.op.is_liftable_scalar() {
+                LIFTED
+            } else {
+                INLINE
+            };
             continue;
         }
-        if !opts.fuse || current_size >= opts.max_region_nodes.max(1) {
-            groups.push(Vec::new());
-            current_size = 0;
+        seq.push(id);
+    }
+    // 3. Cut the computed sequence into groups.
+    let groups = cut(graph, &seq, opts);
+    for (g, members) in groups.iter().enumerate() {
+        for &id in members {
+            group[id.index()] = g as u32;
         }
-        group[id.index()] = (groups.len() - 1) as u32;
-        groups.last_mut().expect("group pushed above").push(id);
-        current_size += 1;
     }
     // 3. Values read across groups become outputs of their producer.
     let mut crosses = vec![false; n];
@@ -138,7 +153,7 @@ pub fn plan(graph: &Graph, live: &[NodeId], opts: &PlanOptions) -> Plan {
         for &id in members {
             for &i in &graph.node(id).inputs {
                 let gi = group[i.index()];
-                if gi != g as u32 && gi != INLINE {
+                if gi != g as u32 && gi != INLINE && gi != LIFTED {
                     crosses[i.index()] = true;
                 }
             }
@@ -192,4 +207,48 @@ pub fn plan(graph: &Graph, live: &[NodeId], opts: &PlanOptions) -> Plan {
         });
     }
     Plan { regions }
+}
+
+/// Cuts the computed sequence into groups: one node each without fusion;
+/// otherwise repeated blocks become one group per repetition and the rest is
+/// packed up to the cost cap, with stand-alone ops alone.
+fn cut(graph: &Graph, seq: &[NodeId], opts: &PlanOptions) -> Vec<Vec<NodeId>> {
+    if !opts.fuse {
+        return seq.iter().map(|&id| vec![id]).collect();
+    }
+    let repeats = if opts.detect_repeats {
+        find_repeats(graph, seq, &opts.repeat)
+    } else {
+        Vec::new()
+    };
+    let mut groups: Vec<Vec<NodeId>> = Vec::new();
+    let pack = |nodes: &[NodeId], groups: &mut Vec<Vec<NodeId>>| {
+        let mut cost = usize::MAX;
+        for &id in nodes {
+            let op = &graph.node(id).op;
+            let c = op.compile_cost();
+            if op.must_stand_alone() {
+                groups.push(vec![id]);
+                cost = usize::MAX;
+                continue;
+            }
+            if cost == usize::MAX || cost + c > opts.max_region_cost.max(1) {
+                groups.push(Vec::new());
+                cost = 0;
+            }
+            groups.last_mut().expect("pushed above").push(id);
+            cost += c;
+        }
+    };
+    let mut at = 0;
+    for r in repeats {
+        pack(&seq[at..r.start], &mut groups);
+        for k in 0..r.count {
+            let s = r.start + k * r.len;
+            pack(&seq[s..s + r.len], &mut groups);
+        }
+        at = r.start + r.count * r.len;
+    }
+    pack(&seq[at..], &mut groups);
+    groups
 }

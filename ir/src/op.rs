@@ -195,6 +195,44 @@ impl Op {
         }
     }
 
+    /// Relative compile cost used by the planner's region size cap: XLA's
+    /// compile time grows much faster with contractions and reductions than
+    /// with elementwise ops.
+    pub fn compile_cost(&self) -> usize {
+        match self {
+            Op::Input { .. } | Op::Constant { .. } => 0,
+            Op::Reduce { .. } | Op::ArgMax { .. } => 4,
+            Op::MatMul => 8,
+            _ => 1,
+        }
+    }
+
+    /// Ops that must run as a region of their own (never fused with
+    /// neighbours), e.g. ops with side effects or host callbacks. None of
+    /// today's ops need it; the planner honours it so such ops are marked
+    /// here, not special-cased in the planner.
+    pub fn must_stand_alone(&self) -> bool {
+        false
+    }
+
+    /// True for a rank-0 constant whose value the planner turns into a region
+    /// parameter ("scalar lifting"), so a changing learning rate or
+    /// bias-correction factor never recompiles. 0, 1 and -1 stay baked in.
+    pub fn is_liftable_scalar(&self) -> bool {
+        match self {
+            Op::Constant {
+                value,
+                shape,
+                dtype,
+            } => {
+                shape.rank() == 0
+                    && *dtype != DType::Bool
+                    && !matches!(value.as_f64(), v if v == 0.0 || v == 1.0 || v == -1.0)
+            }
+            _ => false,
+        }
+    }
+
     /// True for graph leaves that read a materialised buffer.
     pub fn is_input(&self) -> bool {
         matches!(self, Op::Input { .. })

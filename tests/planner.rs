@@ -1,0 +1,201 @@
+//! Region and compile counts against the real XLA plugin (in the manner of
+//! kernel-count tests): repeated blocks share one executable, lifted scalars
+//! never recompile, a changed shape compiles exactly once more. Every test
+//! takes `metrics_lock` because it asserts on process-wide counter deltas.
+
+mod common;
+use common::{dev, metrics_lock};
+use lazyfuse::metrics::snapshot;
+use lazyfuse::{sync, FusionGuard, Result, Tensor};
+
+struct Adam {
+    p: Vec<Tensor>,
+    g: Vec<Tensor>,
+    m: Vec<Tensor>,
+    v: Vec<Tensor>,
+    t: i32,
+}
+
+impl Adam {
+    fn new(n: usize, dims: &[usize]) -> Adam {
+        let d = dev();
+        let mk = |seed: u64, scale: f64| -> Tensor {
+            let t = Tensor::randn(dims, seed, &d)
+                .unwrap()
+                .mul_scalar(scale)
+                .unwrap();
+            t.realize().unwrap();
+            t
+        };
+        Adam {
+            p: (0..n as u64).map(|i| mk(i, 1.0)).collect(),
+            g: (0..n as u64).map(|i| mk(500 + i, 0.01)).collect(),
+            m: (0..n as u64).map(|i| mk(900 + i, 0.0)).collect(),
+            v: (0..n as u64).map(|i| mk(1300 + i, 0.0)).collect(),
+            t: 0,
+        }
+    }
+
+    fn step(&mut self, lr: f64) -> Result<()> {
+        self.t += 1;
+        let (b1, b2, eps, wd) = (0.9f64, 0.999f64, 1e-8, 0.01);
+        let (bc1, bc2) = (1.0 - b1.powi(self.t), 1.0 - b2.powi(self.t));
+        for i in 0..self.p.len() {
+            self.m[i] = self.m[i]
+                .mul_scalar(b1)?
+                .add(&self.g[i].mul_scalar(1.0 - b1)?)?;
+            self.v[i] = self.v[i]
+                .mul_scalar(b2)?
+                .add(&self.g[i].mul(&self.g[i])?.mul_scalar(1.0 - b2)?)?;
+            let mh = self.m[i].div_scalar(bc1)?;
+            let vh = self.v[i].div_scalar(bc2)?;
+            let upd = mh
+                .div(&vh.sqrt()?.add_scalar(eps)?)?
+                .add(&self.p[i].mul_scalar(wd)?)?;
+            self.p[i] = self.p[i].sub(&upd.mul_scalar(lr)?)?;
+        }
+        sync();
+        Ok(())
+    }
+}
+
+#[test]
+fn adamw_over_200_params_compiles_one_update_region() {
+    let _l = metrics_lock();
+    let _f = FusionGuard::new(true);
+    let mut opt = Adam::new(200, &[24, 24]);
+    let s0 = snapshot();
+    opt.step(1e-3).unwrap();
+    let s1 = snapshot();
+    assert_eq!(
+        s1.compiles - s0.compiles,
+        1,
+        "one update region for 200 parameters"
+    );
+    assert_eq!(s1.regions_executed - s0.regions_executed, 200);
+    // A new learning rate and new bias corrections every step: nothing compiles.
+    for k in 0..3 {
+        opt.step(1e-3 * (k as f64 + 2.0)).unwrap();
+    }
+    let s2 = snapshot();
+    assert_eq!(s2.compiles, s1.compiles, "lifted scalars never recompile");
+    assert_eq!(s2.cache_hits - s1.cache_hits, 600);
+}
+
+#[test]
+fn changing_one_input_shape_compiles_exactly_once_more() {
+    let _l = metrics_lock();
+    let _f = FusionGuard::new(true);
+    let d = dev();
+    let run = |n: usize| {
+        let x = Tensor::randn(&[3, n], 7, &d).unwrap();
+        let y = x
+            .tanh()
+            .unwrap()
+            .mul_scalar(3.0)
+            .unwrap()
+            .sum(&[1], false)
+            .unwrap();
+        y.to_vec::<f32>().unwrap()
+    };
+    run(29);
+    let s0 = snapshot();
+    run(29);
+    let s1 = snapshot();
+    assert_eq!(s1.compiles, s0.compiles);
+    run(31);
+    let s2 = snapshot();
+    assert_eq!(s2.compiles - s1.compiles, 1, "a new shape compiles once");
+    run(31);
+    run(29);
+    assert_eq!(
+        snapshot().compiles,
+        s2.compiles,
+        "both shapes now hit the cache"
+    );
+}
+
+fn layer_norm(x: &Tensor) -> Result<Tensor> {
+    let mu = x.mean(&[-1], true)?;
+    let c = x.sub(&mu)?;
+    let var = c.mul(&c)?.mean(&[-1], true)?;
+    c.div(&var.add_scalar(1e-5)?.sqrt()?)
+}
+
+fn block(x: &Tensor, w1: &Tensor, w2: &Tensor) -> Result<Tensor> {
+    let h = layer_norm(x)?.matmul(w1)?.gelu()?.matmul(w2)?;
+    x.add(&h)
+}
+
+fn stack(layers: usize, fuse: bool) -> (Vec<f32>, u64, u64) {
+    let _f = FusionGuard::new(fuse);
+    let d = dev();
+    let mut x = Tensor::randn(&[2, 12, 20], 1, &d).unwrap();
+    let ws: Vec<(Tensor, Tensor)> = (0..layers as u64)
+        .map(|i| {
+            let w1 = Tensor::randn(&[20, 36], 10 + i, &d)
+                .unwrap()
+                .mul_scalar(0.2)
+                .unwrap();
+            let w2 = Tensor::randn(&[36, 20], 20 + i, &d)
+                .unwrap()
+                .mul_scalar(0.2)
+                .unwrap();
+            w1.realize().unwrap();
+            w2.realize().unwrap();
+            (w1, w2)
+        })
+        .collect();
+    let s0 = snapshot();
+    for (w1, w2) in &ws {
+        x = block(&x, w1, w2).unwrap();
+    }
+    let out = x.tanh().unwrap().to_vec::<f32>().unwrap();
+    let s1 = snapshot();
+    (
+        out,
+        s1.compiles - s0.compiles,
+        s1.regions_executed - s0.regions_executed,
+    )
+}
+
+#[test]
+fn four_identical_blocks_compile_the_block_once() {
+    let _l = metrics_lock();
+    let (fused, compiles, regions) = stack(4, true);
+    assert_eq!(regions, 5, "4 blocks and the tail");
+    assert_eq!(compiles, 2, "the block once, the tail once");
+    let (again, compiles, _) = stack(4, true);
+    assert_eq!(compiles, 0);
+    assert_eq!(fused, again);
+    let (unfused, _, _) = stack(4, false);
+    for (a, b) in fused.iter().zip(&unfused) {
+        assert!(
+            (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+            "fused {a} vs unfused {b}"
+        );
+    }
+}
+
+#[test]
+fn adam_fused_equals_unfused() {
+    let _l = metrics_lock();
+    let run = |fuse: bool| {
+        let _f = FusionGuard::new(fuse);
+        let mut opt = Adam::new(5, &[7, 3]);
+        for k in 0..3 {
+            opt.step(0.01 * (k + 1) as f64).unwrap();
+        }
+        opt.p
+            .iter()
+            .flat_map(|p| p.to_vec::<f32>().unwrap())
+            .collect::<Vec<f32>>()
+    };
+    let (a, b) = (run(true), run(false));
+    for (x, y) in a.iter().zip(&b) {
+        assert!(
+            (x - y).abs() <= 1e-6 * (1.0 + y.abs()),
+            "fused {x} vs unfused {y}"
+        );
+    }
+}
