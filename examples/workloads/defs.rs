@@ -3,10 +3,13 @@
 
 use lazyfuse::{sync, DType, Device, Result, Tensor};
 
+/// One timed iteration of a workload.
+pub type Step = Box<dyn FnMut() -> Result<()>>;
+
 /// One workload: its name and a constructor for its per-iteration closure.
 pub struct Workload {
     pub name: &'static str,
-    pub build: fn(&Device) -> Result<Box<dyn FnMut() -> Result<()>>>,
+    pub build: fn(&Device) -> Result<Step>,
 }
 
 /// Every workload the runner knows, in the order of WORKLOADS.md.
@@ -45,7 +48,7 @@ fn materialized(t: Tensor) -> Result<Tensor> {
     Ok(t)
 }
 
-fn gelu_chain(dev: &Device) -> Result<Box<dyn FnMut() -> Result<()>>> {
+fn gelu_chain(dev: &Device) -> Result<Step> {
     let x = Tensor::randn(&[1 << 20], 0, dev)?;
     Ok(Box::new(move || {
         gelu(&x)?.realize()?;
@@ -60,7 +63,7 @@ fn layer_norm(h: &Tensor, g: &Tensor, b: &Tensor) -> Result<Tensor> {
     c.div(&var.add_scalar(1e-5)?.sqrt()?)?.mul(g)?.add(b)
 }
 
-fn layernorm_gelu(dev: &Device) -> Result<Box<dyn FnMut() -> Result<()>>> {
+fn layernorm_gelu(dev: &Device) -> Result<Step> {
     let x = Tensor::randn(&[512, 1024], 1, dev)?;
     let g = Tensor::randn(&[1024], 2, dev)?;
     let b = Tensor::randn(&[1024], 3, dev)?;
@@ -71,7 +74,7 @@ fn layernorm_gelu(dev: &Device) -> Result<Box<dyn FnMut() -> Result<()>>> {
     }))
 }
 
-fn adam_200_small(dev: &Device) -> Result<Box<dyn FnMut() -> Result<()>>> {
+fn adam_200_small(dev: &Device) -> Result<Step> {
     let n = 200;
     let mut p: Vec<Tensor> = (0..n)
         .map(|i| Tensor::randn(&[64, 64], 10 + i, dev))
@@ -107,7 +110,7 @@ fn adam_200_small(dev: &Device) -> Result<Box<dyn FnMut() -> Result<()>>> {
     }))
 }
 
-fn transformer_block_fwd(dev: &Device) -> Result<Box<dyn FnMut() -> Result<()>>> {
+fn transformer_block_fwd(dev: &Device) -> Result<Step> {
     let (b, t, c, nh) = (8usize, 128usize, 256usize, 4usize);
     let hd = c / nh;
     let lin = |i: usize, o: usize, seed: u64| -> Result<Tensor> {

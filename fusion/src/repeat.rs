@@ -94,7 +94,7 @@ impl Ctx<'_> {
     /// True when the block at `s` of length `len` is itself a repetition of a shorter period.
     fn periodic(&self, s: usize, len: usize) -> bool {
         (1..len)
-            .filter(|d| len % d == 0)
+            .filter(|&d| len.is_multiple_of(d))
             .any(|d| (1..len / d).all(|r| self.blocks_equal(s, s + r * d, d)))
     }
 }
