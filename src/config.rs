@@ -81,3 +81,10 @@ pub fn set_max_pending_ops(n: usize) {
 pub(crate) fn metrics_at_exit() -> bool {
     env_flag("TPU_METRICS").unwrap_or(false)
 }
+
+/// `TPU_LAUNCH_BLOCKING=1`: wait for every execution as it is launched, so an
+/// execution error is reported by the region (and op) that caused it.
+pub fn launch_blocking() -> bool {
+    static B: OnceLock<bool> = OnceLock::new();
+    *B.get_or_init(|| env_flag("TPU_LAUNCH_BLOCKING").unwrap_or(false))
+}

@@ -238,20 +238,30 @@ fn execute_graph(
     for (n, b) in leaf_bufs {
         values[n.index()] = Some(b);
     }
+    // Launch every region without waiting (the device orders them through
+    // their buffers), then wait once per region while `values` keeps every
+    // argument alive.
+    let mut launched = Vec::with_capacity(plan.regions.len());
     for region in &plan.regions {
         match run_region(device, graph, region, &values, &failed) {
-            Ok(outs) => {
+            Ok((outs, done)) => {
                 for (o, b) in region.outputs.iter().zip(outs) {
                     values[o.index()] = Some(b);
                 }
-            }
-            Err(e) => {
-                metrics::add(&C.region_failures, 1);
-                tracing::error!(region = %region.key, "{e}");
-                for o in &region.outputs {
-                    failed[o.index()] = Some(e.clone());
+                if let Some(done) = done {
+                    launched.push((region, done));
                 }
             }
+            Err(e) => fail_region(region, e, &mut failed),
+        }
+    }
+    for (region, done) in launched {
+        if let Err(m) = device.rt.wait(done) {
+            let e = region_error(graph, region, "execution", m);
+            for o in &region.outputs {
+                values[o.index()] = None;
+            }
+            fail_region(region, e, &mut failed);
         }
     }
     for (id, t) in live {
@@ -267,14 +277,31 @@ fn execute_graph(
     }
 }
 
-/// Compiles (or fetches) and runs one region.
+fn fail_region(region: &Region, e: Error, failed: &mut [Option<Error>]) {
+    metrics::add(&C.region_failures, 1);
+    tracing::error!(region = %region.key, "{e}");
+    for o in &region.outputs {
+        failed[o.index()] = Some(e.clone());
+    }
+}
+
+fn region_error(graph: &Graph, region: &Region, stage: &'static str, message: String) -> Error {
+    Error::Xla {
+        stage,
+        region: region.key.to_string(),
+        ops: describe_ops(graph, region),
+        message,
+    }
+}
+
+/// Compiles (or fetches) and launches one region.
 fn run_region(
     device: &Device,
     graph: &Graph,
     region: &Region,
     values: &[Option<Arc<DeviceBuffer>>],
     failed: &[Option<Error>],
-) -> Result<Vec<Arc<DeviceBuffer>>> {
+) -> Result<(Vec<Arc<DeviceBuffer>>, Option<crate::pjrt::Completion>)> {
     let rt = &device.rt;
     let mut lifted: SmallVec<[Arc<DeviceBuffer>; 4]> = SmallVec::new();
     for p in &region.params {
@@ -302,12 +329,8 @@ fn run_region(
             },
         }
     }
-    let describe = |stage: &'static str, message: String| Error::Xla {
-        stage,
-        region: region.key.to_string(),
-        ops: describe_ops(graph, region),
-        message,
-    };
+    let describe =
+        |stage: &'static str, message: String| region_error(graph, region, stage, message);
     let exe = rt
         .executable(region.key, || crate::lower::lower_region(graph, region))
         .map_err(|m| describe("compile", m))?;
@@ -319,7 +342,7 @@ fn run_region(
             (n.shape.clone(), n.dtype)
         })
         .collect();
-    rt.execute(&exe, &args, device.ordinal, &outs)
+    rt.launch(&exe, &args, device.ordinal, &outs)
         .map_err(|m| describe("execution", m))
 }
 

@@ -185,17 +185,26 @@ impl Runtime {
         Ok(exe)
     }
 
-    /// Runs `exe` on device `ordinal` and wraps its outputs.
-    pub fn execute(
+    /// Enqueues `exe` on device `ordinal` and wraps its outputs; the
+    /// returned completion must be awaited while `args` are kept alive.
+    /// With `TPU_LAUNCH_BLOCKING=1` it waits here, so a failure surfaces at
+    /// the region that caused it.
+    pub fn launch(
         &self,
         exe: &pjrt::LoadedExecutable,
         args: &[&DeviceBuffer],
         ordinal: usize,
         outputs: &[(Shape, DType)],
-    ) -> std::result::Result<Vec<Arc<DeviceBuffer>>, String> {
+    ) -> std::result::Result<(Vec<Arc<DeviceBuffer>>, Option<pjrt::Completion>), String> {
         let raw: Vec<&pjrt::Buffer> = args.iter().map(|b| &b.buf).collect();
         let t0 = Instant::now();
-        let outs = exe.execute(&raw, ordinal).map_err(|e| e.to_string())?;
+        let (outs, done) = exe.launch(&raw, ordinal).map_err(|e| e.to_string())?;
+        let done = if crate::config::launch_blocking() {
+            done.wait().map_err(|e| e.to_string())?;
+            None
+        } else {
+            Some(done)
+        };
         metrics::add(&C.execute_ns, t0.elapsed().as_nanos() as u64);
         metrics::add(&C.regions_executed, 1);
         if outs.len() != outputs.len() {
@@ -205,10 +214,19 @@ impl Runtime {
                 outputs.len()
             ));
         }
-        Ok(outs
+        let bufs = outs
             .into_iter()
             .zip(outputs)
             .map(|(b, (s, d))| DeviceBuffer::new(b, s.clone(), *d))
-            .collect())
+            .collect();
+        Ok((bufs, done))
+    }
+
+    /// Waits for a launched execution (time counted as execution time).
+    pub fn wait(&self, done: pjrt::Completion) -> std::result::Result<(), String> {
+        let t0 = Instant::now();
+        let r = done.wait().map_err(|e| e.to_string());
+        metrics::add(&C.execute_ns, t0.elapsed().as_nanos() as u64);
+        r
     }
 }

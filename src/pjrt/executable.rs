@@ -102,6 +102,21 @@ impl LoadedExecutable {
     /// `i32[2,3]` or `f32[3,2]` for an `f32[2,3]` parameter) runs and
     /// reinterprets the bytes. Callers must pass what they compiled for.
     pub fn execute(&self, args: &[&Buffer], device: usize) -> Result<Vec<Buffer>> {
+        let (outs, done) = self.launch(args, device)?;
+        // The arguments (borrowed for this whole call) stay alive until the
+        // execution has completed.
+        done.wait()?;
+        Ok(outs)
+    }
+
+    /// Enqueues one execution like [`LoadedExecutable::execute`] but returns
+    /// at once, with the result buffers and the execution's completion. The
+    /// results may be used as arguments of further executions right away
+    /// (the plugin orders them). The caller must keep every argument alive
+    /// until the completion is awaited or dropped after being awaited;
+    /// execution errors surface from [`Completion::wait`] (or when a result
+    /// is read).
+    pub fn launch(&self, args: &[&Buffer], device: usize) -> Result<(Vec<Buffer>, Completion)> {
         const WHAT: &str = "PJRT_LoadedExecutable_Execute";
         let dev = self.client.device(device, WHAT)?;
         for (i, b) in args.iter().enumerate() {
@@ -139,16 +154,20 @@ impl LoadedExecutable {
         let r = pjrt_call!(plugin, PJRT_LoadedExecutable_Execute, &mut a);
 
         // Own everything the plugin may have produced before looking at `r`.
-        let done = Event::new(plugin, complete[0]);
+        let done = Completion {
+            client: Arc::clone(&self.client),
+            raw: complete[0],
+        };
         let produced: Vec<Option<Buffer>> = outs
             .iter()
             .map(|&p| NonNull::new(p).map(|p| Buffer::from_raw(Arc::clone(&self.client), p)))
             .collect();
-        r?;
-        // The arguments (borrowed for this whole call) stay alive until the
-        // execution has completed.
-        done.wait(WHAT)?;
-        produced
+        if let Err(e) = r {
+            // Nothing may still use the arguments once we return an error.
+            let _ = done.wait();
+            return Err(e);
+        }
+        let outs = produced
             .into_iter()
             .enumerate()
             .map(|(i, b)| {
@@ -156,7 +175,14 @@ impl LoadedExecutable {
                     Error::binding(format!("{WHAT}: plugin returned no buffer for output {i}"))
                 })
             })
-            .collect()
+            .collect::<Result<Vec<Buffer>>>();
+        match outs {
+            Ok(o) => Ok((o, done)),
+            Err(e) => {
+                let _ = done.wait();
+                Err(e)
+            }
+        }
     }
 
     /// Records the serialized form this executable was loaded from.
@@ -219,5 +245,35 @@ impl Drop for LoadedExecutable {
         a.executable = self.raw.as_ptr();
         let r = pjrt_call!(plugin, PJRT_LoadedExecutable_Destroy, &mut a);
         plugin.log_drop_error("loaded executable", r);
+    }
+}
+
+/// The completion of one launched execution (an owned `PJRT_Event`).
+///
+/// Dropping it without waiting blocks until the execution finishes, so the
+/// arguments the caller keeps alive for it are never freed too early.
+pub struct Completion {
+    client: Arc<ClientInner>,
+    raw: *mut sys::PJRT_Event,
+}
+
+// SAFETY: PJRT events may be awaited and destroyed from any thread.
+unsafe impl Send for Completion {}
+
+impl Completion {
+    /// Blocks until the execution has finished; returns its error, if any.
+    pub fn wait(mut self) -> Result<()> {
+        let raw = std::mem::replace(&mut self.raw, ptr::null_mut());
+        Event::new(&self.client.plugin, raw).wait("PJRT_LoadedExecutable_Execute")
+    }
+}
+
+impl Drop for Completion {
+    fn drop(&mut self) {
+        if !self.raw.is_null() {
+            let raw = std::mem::replace(&mut self.raw, ptr::null_mut());
+            let r = Event::new(&self.client.plugin, raw).wait("dropped execution");
+            self.client.plugin.log_drop_error("execution", r);
+        }
     }
 }

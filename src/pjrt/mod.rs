@@ -83,7 +83,7 @@ pub use client::Client;
 // Part of the binding's API even where the crate does not name them.
 #[allow(unused_imports)]
 pub use error::{Error, ErrorCode, Result};
-pub use executable::LoadedExecutable;
+pub use executable::{Completion, LoadedExecutable};
 pub use options::compile_options_bytes;
 
 /// A PJRT argument struct that can be created with the right `struct_size`.
