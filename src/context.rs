@@ -11,7 +11,7 @@ use crate::metrics::{self, FlushReason, C};
 use crate::runtime::DeviceBuffer;
 use crate::tensor::{Arg, TState, Tensor, TensorInner};
 use crate::{Device, Error, Result};
-use lazyfuse_fusion::{plan, PlanOptions, Region};
+use lazyfuse_fusion::{plan_with_donation, PlanOptions, Region};
 use lazyfuse_ir::{Graph, NodeId, Op};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
@@ -232,7 +232,13 @@ fn execute_graph(
         fuse,
         ..PlanOptions::default()
     };
-    let plan = plan(graph, &live_ids, &opts);
+    // A leaf whose buffer only this flush holds dies here: donate it.
+    let dying: Vec<NodeId> = leaf_bufs
+        .iter()
+        .filter(|(_, b)| Arc::strong_count(b) == 1)
+        .map(|(n, _)| *n)
+        .collect();
+    let plan = plan_with_donation(graph, &live_ids, &dying, &opts);
     let mut values: Vec<Option<Arc<DeviceBuffer>>> = vec![None; graph.len()];
     let mut failed: Vec<Option<Error>> = vec![None; graph.len()];
     for (n, b) in leaf_bufs {
@@ -342,7 +348,8 @@ fn run_region(
             (n.shape.clone(), n.dtype)
         })
         .collect();
-    rt.launch(&exe, &args, device.ordinal, &outs)
+    let donate: SmallVec<[usize; 4]> = region.aliases.iter().map(|&(k, _)| k).collect();
+    rt.launch(&exe, &args, &donate, device.ordinal, &outs)
         .map_err(|m| describe("execution", m))
 }
 

@@ -110,6 +110,8 @@ counters!(
     live_buffer_bytes,
     /// Regions whose compile or execution failed.
     region_failures,
+    /// Input buffers donated to XLA (reused for an output in place).
+    buffers_donated,
 );
 
 impl Snapshot {

@@ -193,12 +193,16 @@ impl Runtime {
         &self,
         exe: &pjrt::LoadedExecutable,
         args: &[&DeviceBuffer],
+        donate: &[usize],
         ordinal: usize,
         outputs: &[(Shape, DType)],
     ) -> std::result::Result<(Vec<Arc<DeviceBuffer>>, Option<pjrt::Completion>), String> {
         let raw: Vec<&pjrt::Buffer> = args.iter().map(|b| &b.buf).collect();
         let t0 = Instant::now();
-        let (outs, done) = exe.launch(&raw, ordinal).map_err(|e| e.to_string())?;
+        let (outs, done) = exe
+            .launch(&raw, ordinal, donate)
+            .map_err(|e| e.to_string())?;
+        metrics::add(&C.buffers_donated, donate.len() as u64);
         let done = if crate::config::launch_blocking() {
             done.wait().map_err(|e| e.to_string())?;
             None

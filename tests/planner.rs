@@ -199,3 +199,77 @@ fn adam_fused_equals_unfused() {
         );
     }
 }
+
+#[test]
+fn donation_never_changes_results() {
+    let _l = metrics_lock();
+    let n = 53;
+    let host_g: Vec<f32> = (0..n).map(|i| (i as f32 * 0.3).sin()).collect();
+    let run = |fuse: bool| -> (Vec<f32>, u64) {
+        let _f = FusionGuard::new(fuse);
+        let d = dev();
+        let g = Tensor::from_slice(&host_g, &[n], &d).unwrap();
+        let mut p = Tensor::from_slice(&vec![1.0f32; n], &[n], &d).unwrap();
+        let s0 = snapshot();
+        for step in 0..5 {
+            // In-place style update: the old `p` is dropped by the assignment.
+            p = p
+                .sub(&g.mul_scalar(0.1 * (step + 1) as f64).unwrap())
+                .unwrap()
+                .tanh()
+                .unwrap();
+            p.realize().unwrap();
+        }
+        (
+            p.to_vec::<f32>().unwrap(),
+            snapshot().buffers_donated - s0.buffers_donated,
+        )
+    };
+    let (fused, donated) = run(true);
+    let (unfused, donated_unfused) = run(false);
+    assert!(
+        donated >= 5,
+        "every step donates the old parameter, got {donated}"
+    );
+    assert_eq!(
+        donated_unfused, 0,
+        "unfused mode is the plain reference path"
+    );
+    let mut expect = vec![1.0f32; n];
+    for step in 0..5 {
+        for (e, g) in expect.iter_mut().zip(&host_g) {
+            *e = (*e - g * (0.1 * (step + 1) as f32)).tanh();
+        }
+    }
+    for ((a, b), e) in fused.iter().zip(&unfused).zip(&expect) {
+        assert!(
+            (a - b).abs() <= 1e-6 && (a - e).abs() <= 1e-5,
+            "fused {a} unfused {b} reference {e}"
+        );
+    }
+}
+
+#[test]
+fn donation_never_frees_a_buffer_a_live_tensor_holds() {
+    let _l = metrics_lock();
+    let _f = FusionGuard::new(true);
+    let d = dev();
+    let mut p = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], &d).unwrap();
+    let kept = p.clone(); // a live handle to the same buffer
+    let s0 = snapshot();
+    p = p.mul_scalar(10.0).unwrap();
+    p.realize().unwrap();
+    assert_eq!(
+        snapshot().buffers_donated,
+        s0.buffers_donated,
+        "a held buffer is never donated"
+    );
+    assert_eq!(kept.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0]);
+    assert_eq!(p.to_vec::<f32>().unwrap(), vec![10.0, 20.0, 30.0]);
+    // Once the last handle is gone, the next update may donate it.
+    drop(kept);
+    let s1 = snapshot();
+    p = p.add_scalar(1.0).unwrap();
+    assert_eq!(p.to_vec::<f32>().unwrap(), vec![11.0, 21.0, 31.0]);
+    assert_eq!(snapshot().buffers_donated - s1.buffers_donated, 1);
+}

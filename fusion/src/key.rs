@@ -37,6 +37,7 @@ pub(crate) fn region_key(
     params: &[NodeId],
     nodes: &[NodeId],
     outputs: &[NodeId],
+    aliases: &[(usize, usize)],
     local: impl Fn(NodeId) -> usize,
 ) -> RegionKey {
     let (mut a, mut b) = hashers();
@@ -74,6 +75,7 @@ pub(crate) fn region_key(
     for &o in outputs {
         feed(&mut |h| local(o).hash(h));
     }
+    feed(&mut |h| aliases.hash(h));
     RegionKey(((a.finish() as u128) << 64) | b.finish() as u128)
 }
 

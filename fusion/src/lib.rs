@@ -19,5 +19,5 @@ mod plan;
 mod repeat;
 
 pub use key::RegionKey;
-pub use plan::{plan, Plan, PlanOptions, Region};
+pub use plan::{plan, plan_with_donation, Plan, PlanOptions, Region};
 pub use repeat::{find_repeats, Repeat, RepeatOptions};

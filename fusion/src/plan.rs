@@ -41,7 +41,11 @@ pub struct Region {
     pub nodes: Vec<NodeId>,
     /// Values returned: those live tensors hold and those later regions read.
     pub outputs: Vec<NodeId>,
-    /// Canonical compile-cache key.
+    /// Buffer donation: `(param index, output index)` pairs. The parameter's
+    /// buffer dies in this region (no live tensor holds it, no later region
+    /// reads it), so XLA may write the output of the same type into it.
+    pub aliases: Vec<(usize, usize)>,
+    /// Canonical compile-cache key (donation included: it changes the executable).
     pub key: RegionKey,
 }
 
@@ -95,6 +99,9 @@ impl Plan {
             }
             let outs: Vec<String> = region.outputs.iter().map(|&x| name(x)).collect();
             let _ = writeln!(s, "  return {}", outs.join(", "));
+            for &(k, j) in &region.aliases {
+                let _ = writeln!(s, "  donate p{k} -> {}", name(region.outputs[j]));
+            }
         }
         s
     }
@@ -106,6 +113,20 @@ const LIFTED: u32 = u32::MAX - 2;
 
 /// Plans a flush: computes what `live` needs and cuts it into regions.
 pub fn plan(graph: &Graph, live: &[NodeId], opts: &PlanOptions) -> Plan {
+    plan_with_donation(graph, live, &[], opts)
+}
+
+/// Like [`plan`], where `dying` lists input nodes whose buffers nothing
+/// outside this flush holds. With fusion on, each dying leaf, and each value
+/// passed between regions that no live tensor holds, is donated to the last
+/// region that reads it when that region returns a value of the same shape
+/// and dtype. (Unfused mode never donates: it is the plain reference path.)
+pub fn plan_with_donation(
+    graph: &Graph,
+    live: &[NodeId],
+    dying: &[NodeId],
+    opts: &PlanOptions,
+) -> Plan {
     let n = graph.len();
     let mut is_live = vec![false; n];
     for &l in live {
@@ -198,15 +219,79 @@ pub fn plan(graph: &Graph, live: &[NodeId], opts: &PlanOptions) -> Plan {
         for (k, &p) in params.iter().chain(nodes.iter()).enumerate() {
             local[p.index()] = k;
         }
-        let key = region_key(graph, &params, &nodes, &outputs, |id| local[id.index()]);
+        let key = region_key(graph, &params, &nodes, &outputs, &[], |id| {
+            local[id.index()]
+        });
         regions.push(Region {
             params,
             nodes,
             outputs,
+            aliases: Vec::new(),
             key,
         });
     }
+    if opts.fuse {
+        donate(graph, &mut regions, dying, &is_live, &mut local);
+    }
     Plan { regions }
+}
+
+/// Assigns donations and re-keys the regions that received one.
+fn donate(
+    graph: &Graph,
+    regions: &mut [Region],
+    dying: &[NodeId],
+    is_live: &[bool],
+    local: &mut [usize],
+) {
+    let mut last_use = vec![usize::MAX; graph.len()];
+    for (r, region) in regions.iter().enumerate() {
+        for p in &region.params {
+            last_use[p.index()] = r;
+        }
+    }
+    // Dying: the given leaves, and values computed by an earlier region of
+    // this flush that no live tensor holds (only the flush has them).
+    let mut is_dying: Vec<bool> = graph
+        .ids()
+        .map(|id| {
+            let n = graph.node(id);
+            !is_live[id.index()] && !n.op.is_input() && !matches!(n.op, Op::Constant { .. })
+        })
+        .collect();
+    for d in dying {
+        is_dying[d.index()] = true;
+    }
+    for (r, region) in regions.iter_mut().enumerate() {
+        let mut taken = vec![false; region.outputs.len()];
+        for (k, p) in region.params.iter().enumerate() {
+            if !is_dying[p.index()] || last_use[p.index()] != r {
+                continue;
+            }
+            let pn = graph.node(*p);
+            let fit = region.outputs.iter().enumerate().position(|(j, o)| {
+                let on = graph.node(*o);
+                !taken[j] && on.shape == pn.shape && on.dtype == pn.dtype
+            });
+            if let Some(j) = fit {
+                taken[j] = true;
+                region.aliases.push((k, j));
+            }
+        }
+        if !region.aliases.is_empty() {
+            for (k, &p) in region.params.iter().chain(region.nodes.iter()).enumerate() {
+                local[p.index()] = k;
+            }
+            region.key = region_key(
+                graph,
+                &region.params,
+                &region.nodes,
+                &region.outputs,
+                &region.aliases,
+                |id| local[id.index()],
+            );
+        }
+    }
 }
 
 /// Cuts the computed sequence into groups: one node each without fusion;

@@ -1,7 +1,7 @@
 //! Golden plan tests: the planner's decisions pinned as readable text and as
 //! region counts (in the manner of kernel-count tests). Pure graph code: no XLA.
 
-use lazyfuse_fusion::{plan, Plan, PlanOptions};
+use lazyfuse_fusion::{plan, plan_with_donation, Plan, PlanOptions};
 use lazyfuse_ir::{Axes, BinaryOp, DType, Graph, Literal, NodeId, Op, ReduceOp, Shape, UnaryOp};
 use std::panic::Location;
 
@@ -247,14 +247,17 @@ fn block(g: &mut G, x: NodeId, w1: NodeId, w2: NodeId) -> NodeId {
 #[test]
 fn stacked_identical_blocks_share_one_region() {
     let mut g = G::new();
-    let mut x = g.input(&[2, 16, 32]);
+    let x0 = g.input(&[2, 16, 32]);
+    let mut x = x0;
     for _ in 0..4 {
         let w1 = g.input(&[32, 64]);
         let w2 = g.input(&[64, 32]);
         x = block(&mut g, x, w1, w2);
     }
     let out = g.un(UnaryOp::Tanh, x);
-    let p = g.plan(&[out]);
+    // The caller dropped the model input: it dies in block 1, and each
+    // block's input dies in that block, so every block donates its input.
+    let p = plan_with_donation(&g.0, &[out], &[x0], &PlanOptions::default());
     let keys: Vec<_> = p.regions.iter().map(|r| r.key).collect();
     assert_eq!(p.regions.len(), 5, "4 blocks + the tail:\n{}", p.dump(&g.0));
     assert!(
@@ -264,7 +267,11 @@ fn stacked_identical_blocks_share_one_region() {
     assert_ne!(keys[4], keys[0]);
     let dump = p.dump(&g.0);
     assert!(dump.starts_with("region 0 (7 params, 20 nodes, 1 outputs)\n  p0: f32[2, 16, 32]\n  p1: f32[]\n  p2: f32[32, 64]\n"), "{dump}");
-    assert!(dump.ends_with("region 4 (1 params, 1 nodes, 1 outputs)\n  p0: f32[2, 16, 32]\n  n0 = tanh(p0) : f32[2, 16, 32]\n  return n0\n"), "{dump}");
+    assert!(
+        dump.contains("  return n19\n  donate p0 -> n19\nregion 1"),
+        "{dump}"
+    );
+    assert!(dump.ends_with("region 4 (1 params, 1 nodes, 1 outputs)\n  p0: f32[2, 16, 32]\n  n0 = tanh(p0) : f32[2, 16, 32]\n  return n0\n  donate p0 -> n0\n"), "{dump}");
 }
 
 #[test]

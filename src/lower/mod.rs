@@ -25,7 +25,12 @@ pub fn lower_region(graph: &Graph, region: &Region) -> String {
             let n = graph.node(p);
             let name = format!("%arg{i}");
             e.bind(p, name.clone());
-            format!("{name}: {}", emit::ty(&n.shape, n.dtype))
+            // A donated parameter: XLA may write this output into its buffer.
+            let alias = match region.aliases.iter().find(|(k, _)| *k == i) {
+                Some((_, j)) => format!(" {{tf.aliasing_output = {j} : i32}}"),
+                None => String::new(),
+            };
+            format!("{name}: {}{alias}", emit::ty(&n.shape, n.dtype))
         })
         .collect();
     let results: Vec<String> = region

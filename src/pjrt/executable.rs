@@ -102,7 +102,7 @@ impl LoadedExecutable {
     /// `i32[2,3]` or `f32[3,2]` for an `f32[2,3]` parameter) runs and
     /// reinterprets the bytes. Callers must pass what they compiled for.
     pub fn execute(&self, args: &[&Buffer], device: usize) -> Result<Vec<Buffer>> {
-        let (outs, done) = self.launch(args, device)?;
+        let (outs, done) = self.launch(args, device, &[])?;
         // The arguments (borrowed for this whole call) stay alive until the
         // execution has completed.
         done.wait()?;
@@ -116,7 +116,17 @@ impl LoadedExecutable {
     /// until the completion is awaited or dropped after being awaited;
     /// execution errors surface from [`Completion::wait`] (or when a result
     /// is read).
-    pub fn launch(&self, args: &[&Buffer], device: usize) -> Result<(Vec<Buffer>, Completion)> {
+    ///
+    /// `donate` lists argument positions whose device memory XLA may reuse
+    /// for an output the executable aliases to it (`tf.aliasing_output`).
+    /// A donated buffer is invalid afterwards: the caller must hold the only
+    /// handle to it and never use it again except to drop it.
+    pub fn launch(
+        &self,
+        args: &[&Buffer],
+        device: usize,
+        donate: &[usize],
+    ) -> Result<(Vec<Buffer>, Completion)> {
         const WHAT: &str = "PJRT_LoadedExecutable_Execute";
         let dev = self.client.device(device, WHAT)?;
         for (i, b) in args.iter().enumerate() {
@@ -135,9 +145,12 @@ impl LoadedExecutable {
         let out_lists: [*mut *mut sys::PJRT_Buffer; 1] = [outs.as_mut_ptr()];
         let mut complete: [*mut sys::PJRT_Event; 1] = [ptr::null_mut()];
 
-        // Forbid donation of every argument: buffers are shared (`&Buffer`),
-        // and a donated buffer would be invalidated behind the caller's back.
-        let non_donatable: Vec<i64> = (0..args.len() as i64).collect();
+        // Forbid donation of every argument the caller did not offer: buffers
+        // are shared (`&Buffer`), and a donated buffer is invalidated.
+        let non_donatable: Vec<i64> = (0..args.len())
+            .filter(|i| !donate.contains(i))
+            .map(|i| i as i64)
+            .collect();
         let mut options = sys::PJRT_ExecuteOptions::new();
         options.non_donatable_input_indices = super::api::slice_ptr(&non_donatable);
         options.num_non_donatable_input_indices = non_donatable.len();
