@@ -29,7 +29,7 @@ pub fn fusion_enabled() -> bool {
 /// pending first so earlier ops keep the mode they were recorded under.
 /// Per thread, so concurrent tests and workers never change each other's mode.
 pub fn set_fusion(on: bool) {
-    crate::context::sync_thread(crate::metrics::FlushReason::ModeChange);
+    let _ = crate::context::sync_thread(crate::metrics::FlushReason::ModeChange);
     FUSION.with(|f| f.set(Some(on)));
 }
 

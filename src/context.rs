@@ -2,16 +2,17 @@
 //!
 //! Each thread records into its own graph per device (a [`Ctx`]), behind a
 //! mutex so that another thread touching one of its pending tensors can flush
-//! it. A flush plans the graph (fusion crate), compiles or fetches each region
-//! (runtime cache), runs it, and binds results to the tensors still alive:
-//! nodes nobody holds are never materialised. The flush keeps the graph's lock
-//! while it runs, so anyone waiting on one of its tensors sees it finished.
+//! it. A flush hands the graph, with the tensors still alive, to the device's
+//! executor (see [`crate::executor`]) and returns at once: the live tensors
+//! become in-flight, the thread keeps recording (a later graph may read an
+//! in-flight tensor: jobs run in submission order), and only reading a value
+//! or an explicit wait blocks. Nodes nobody holds are never materialised.
 
+use crate::executor::{Batch, Job};
 use crate::metrics::{self, FlushReason, C};
 use crate::runtime::DeviceBuffer;
 use crate::tensor::{Arg, TState, Tensor, TensorInner};
-use crate::{Device, Error, Result};
-use lazyfuse_fusion::{plan_with_donation, PlanOptions, Region};
+use crate::{Device, Result};
 use lazyfuse_ir::{Graph, NodeId, Op};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
@@ -33,9 +34,9 @@ struct GraphState {
     gen: u64,
     /// The tensor created for each node, if any (indexed by node index).
     owners: Vec<Weak<TensorInner>>,
-    /// Materialised buffers entering the graph, deduplicated by address.
+    /// Values entering the graph from outside, deduplicated by address.
     leaves: HashMap<usize, NodeId>,
-    leaf_bufs: Vec<(NodeId, Arc<DeviceBuffer>)>,
+    leaf_bufs: Vec<(NodeId, Leaf)>,
     /// Fusion mode the pending ops were recorded under.
     fuse: bool,
 }
@@ -60,12 +61,10 @@ fn thread_ctx(device: &Device) -> Arc<Ctx> {
     })
 }
 
-/// Flushes every graph this thread has pending.
-pub(crate) fn sync_thread(reason: FlushReason) {
+/// Flushes every graph this thread has pending (without waiting).
+pub(crate) fn sync_thread(reason: FlushReason) -> Vec<Arc<Batch>> {
     let ctxs: Vec<Arc<Ctx>> = CTXS.with(|c| c.borrow().clone());
-    for c in ctxs {
-        c.flush(reason);
-    }
+    ctxs.iter().filter_map(|c| c.flush(reason)).collect()
 }
 
 /// Number of nodes pending in this thread's graph for `device` (for tests and tools).
@@ -75,8 +74,15 @@ pub fn pending_ops(device: &Device) -> usize {
 
 enum Resolved {
     Node(NodeId, u64),
-    Leaf(Arc<DeviceBuffer>),
+    Leaf(Leaf),
     Scalar(lazyfuse_ir::Literal, lazyfuse_ir::DType),
+}
+
+/// A graph input: a materialised buffer, or a tensor an earlier (already
+/// submitted) flush is computing, read when this graph's job runs.
+pub(crate) enum Leaf {
+    Buffer(Arc<DeviceBuffer>),
+    Future(Arc<TensorInner>),
 }
 
 /// Records `op` on `inputs` (already validated: `shape`/`dtype` are its
@@ -145,7 +151,8 @@ fn resolve(t: &Tensor, ctx: &Arc<Ctx>) -> Result<Resolved> {
     loop {
         let st = t.0.state.lock();
         match &*st {
-            TState::Ready(b) => return Ok(Resolved::Leaf(b.clone())),
+            TState::Ready(b) => return Ok(Resolved::Leaf(Leaf::Buffer(b.clone()))),
+            TState::InFlight(_) => return Ok(Resolved::Leaf(Leaf::Future(t.0.clone()))),
             TState::Failed(e) => return Err(e.clone()),
             TState::Pending { ctx: c, node, gen } => {
                 if Arc::ptr_eq(c, ctx) {
@@ -173,20 +180,29 @@ impl GraphState {
                 metrics::add(&C.ops_recorded, 1);
                 self.graph.push_inferred(op, &[], shape, *dtype, origin)
             }
-            Resolved::Leaf(b) => {
-                let key = Arc::as_ptr(b) as usize;
+            Resolved::Leaf(leaf) => {
+                let (key, shape, dtype) = match leaf {
+                    Leaf::Buffer(b) => (Arc::as_ptr(b) as usize, &b.shape, b.dtype),
+                    Leaf::Future(t) => (Arc::as_ptr(t) as usize, &t.shape, t.dtype),
+                };
                 if let Some(&n) = self.leaves.get(&key) {
                     return n;
                 }
                 let op = Op::Input {
-                    shape: b.shape.clone(),
-                    dtype: b.dtype,
+                    shape: shape.clone(),
+                    dtype,
                 };
                 let n = self
                     .graph
-                    .push_inferred(op, &[], b.shape.clone(), b.dtype, origin);
+                    .push_inferred(op, &[], shape.clone(), dtype, origin);
                 self.leaves.insert(key, n);
-                self.leaf_bufs.push((n, b.clone()));
+                self.leaf_bufs.push((
+                    n,
+                    match leaf {
+                        Leaf::Buffer(b) => Leaf::Buffer(b.clone()),
+                        Leaf::Future(t) => Leaf::Future(t.clone()),
+                    },
+                ));
                 n
             }
         }
@@ -194,184 +210,38 @@ impl GraphState {
 }
 
 impl Ctx {
-    /// Runs everything pending in this graph and binds live tensors.
-    pub(crate) fn flush(&self, reason: FlushReason) {
+    /// Hands everything pending in this graph to the executor and returns the
+    /// batch that computes it (`None` when nothing was pending). Live tensors
+    /// become in-flight before the graph's lock is released.
+    pub(crate) fn flush(&self, reason: FlushReason) -> Option<Arc<Batch>> {
         let mut g = self.state.lock();
         if g.graph.is_empty() {
-            return;
+            return None;
         }
         metrics::flush(reason);
         let graph = std::mem::take(&mut g.graph);
         let owners = std::mem::take(&mut g.owners);
-        let leaf_bufs = std::mem::take(&mut g.leaf_bufs);
+        let leaves = std::mem::take(&mut g.leaf_bufs);
         g.leaves.clear();
         g.gen += 1;
-        let fuse = g.fuse;
-        let _span =
-            tracing::debug_span!("flush", reason = reason.name(), nodes = graph.len()).entered();
-        execute_graph(&self.device, &graph, owners, leaf_bufs, fuse);
-        // `g` stays locked until results are bound.
-        drop(g);
-    }
-}
-
-fn execute_graph(
-    device: &Device,
-    graph: &Graph,
-    owners: Vec<Weak<TensorInner>>,
-    leaf_bufs: Vec<(NodeId, Arc<DeviceBuffer>)>,
-    fuse: bool,
-) {
-    let live: Vec<(NodeId, Arc<TensorInner>)> = owners
-        .iter()
-        .enumerate()
-        .filter_map(|(i, w)| w.upgrade().map(|t| (NodeId::new(i), t)))
-        .collect();
-    let live_ids: Vec<NodeId> = live.iter().map(|(n, _)| *n).collect();
-    let opts = PlanOptions {
-        fuse,
-        ..PlanOptions::default()
-    };
-    // A leaf whose buffer only this flush holds dies here: donate it.
-    let dying: Vec<NodeId> = leaf_bufs
-        .iter()
-        .filter(|(_, b)| Arc::strong_count(b) == 1)
-        .map(|(n, _)| *n)
-        .collect();
-    let plan = plan_with_donation(graph, &live_ids, &dying, &opts);
-    let mut values: Vec<Option<Arc<DeviceBuffer>>> = vec![None; graph.len()];
-    let mut failed: Vec<Option<Error>> = vec![None; graph.len()];
-    for (n, b) in leaf_bufs {
-        values[n.index()] = Some(b);
-    }
-    // Launch every region without waiting (the device orders them through
-    // their buffers), then wait once per region while `values` keeps every
-    // argument alive.
-    let mut launched = Vec::with_capacity(plan.regions.len());
-    for region in &plan.regions {
-        match run_region(device, graph, region, &values, &failed) {
-            Ok((outs, done)) => {
-                for (o, b) in region.outputs.iter().zip(outs) {
-                    values[o.index()] = Some(b);
-                }
-                if let Some(done) = done {
-                    launched.push((region, done));
-                }
-            }
-            Err(e) => fail_region(region, e, &mut failed),
-        }
-    }
-    for (region, done) in launched {
-        if let Err(m) = device.rt.wait(done) {
-            let e = region_error(graph, region, "execution", m);
-            for o in &region.outputs {
-                values[o.index()] = None;
-            }
-            fail_region(region, e, &mut failed);
-        }
-    }
-    for (id, t) in live {
-        let new = match (&values[id.index()], &failed[id.index()]) {
-            (Some(b), _) => TState::Ready(b.clone()),
-            (None, Some(e)) => TState::Failed(e.clone()),
-            (None, None) => TState::Failed(Error::Pjrt(format!(
-                "internal: node {} was not computed by the plan",
-                id.index()
-            ))),
+        let live: Vec<(NodeId, Arc<TensorInner>)> = owners
+            .iter()
+            .enumerate()
+            .filter_map(|(i, w)| w.upgrade().map(|t| (NodeId::new(i), t)))
+            .collect();
+        let batch = Arc::new(Batch::default());
+        let job = Job {
+            device: self.device.clone(),
+            graph,
+            live,
+            leaves,
+            fuse: g.fuse,
+            batch: batch.clone(),
+            reason,
         };
-        *t.state.lock() = new;
+        self.device.rt.executor().submit(job);
+        // `g` stays locked until the live tensors are marked in-flight.
+        drop(g);
+        Some(batch)
     }
-}
-
-fn fail_region(region: &Region, e: Error, failed: &mut [Option<Error>]) {
-    metrics::add(&C.region_failures, 1);
-    tracing::error!(region = %region.key, "{e}");
-    for o in &region.outputs {
-        failed[o.index()] = Some(e.clone());
-    }
-}
-
-fn region_error(graph: &Graph, region: &Region, stage: &'static str, message: String) -> Error {
-    Error::Xla {
-        stage,
-        region: region.key.to_string(),
-        ops: describe_ops(graph, region),
-        message,
-    }
-}
-
-/// Compiles (or fetches) and launches one region.
-fn run_region(
-    device: &Device,
-    graph: &Graph,
-    region: &Region,
-    values: &[Option<Arc<DeviceBuffer>>],
-    failed: &[Option<Error>],
-) -> Result<(Vec<Arc<DeviceBuffer>>, Option<crate::pjrt::Completion>)> {
-    let rt = &device.rt;
-    let mut lifted: SmallVec<[Arc<DeviceBuffer>; 4]> = SmallVec::new();
-    for p in &region.params {
-        if values[p.index()].is_none() && failed[p.index()].is_none() {
-            // A lifted host scalar: a parameter, so its value is not in the key.
-            if let Op::Constant { value, dtype, .. } = graph.node(*p).op {
-                lifted.push(rt.scalar(value, dtype, device.ordinal)?);
-            }
-        }
-    }
-    let mut lifted_iter = lifted.iter();
-    let mut args: SmallVec<[&DeviceBuffer; 8]> = SmallVec::new();
-    for p in &region.params {
-        match (&values[p.index()], &failed[p.index()]) {
-            (Some(b), _) => args.push(b),
-            (None, Some(e)) => return Err(e.clone()),
-            (None, None) => match lifted_iter.next() {
-                Some(b) => args.push(b),
-                None => {
-                    return Err(Error::Pjrt(format!(
-                        "internal: parameter {} has no value",
-                        p.index()
-                    )))
-                }
-            },
-        }
-    }
-    let describe =
-        |stage: &'static str, message: String| region_error(graph, region, stage, message);
-    let exe = rt
-        .executable(region.key, || crate::lower::lower_region(graph, region))
-        .map_err(|m| describe("compile", m))?;
-    let outs: Vec<_> = region
-        .outputs
-        .iter()
-        .map(|&o| {
-            let n = graph.node(o);
-            (n.shape.clone(), n.dtype)
-        })
-        .collect();
-    let donate: SmallVec<[usize; 4]> = region.aliases.iter().map(|&(k, _)| k).collect();
-    rt.launch(&exe, &args, &donate, device.ordinal, &outs)
-        .map_err(|m| describe("execution", m))
-}
-
-/// `op @ file:line` for the region's ops (at most 8, then a count).
-fn describe_ops(graph: &Graph, region: &Region) -> String {
-    let mut parts: Vec<String> = region
-        .nodes
-        .iter()
-        .filter(|&&n| !matches!(graph.node(n).op, Op::Constant { .. }))
-        .take(8)
-        .map(|&n| {
-            let node = graph.node(n);
-            format!(
-                "{} @ {}:{}",
-                node.op.name(),
-                node.origin.file(),
-                node.origin.line()
-            )
-        })
-        .collect();
-    if region.nodes.len() > 8 {
-        parts.push(format!("... {} ops in all", region.nodes.len()));
-    }
-    parts.join(", ")
 }

@@ -21,6 +21,7 @@ mod context;
 mod device;
 mod dump;
 mod error;
+mod executor;
 mod lower;
 pub mod metrics;
 pub mod pjrt;
@@ -35,7 +36,7 @@ pub use context::pending_ops;
 pub use device::Device;
 pub use error::{Error, Result};
 pub use lazyfuse_ir::{DType, Element, HostTensor, Shape};
-pub use tensor::{sync, Tensor};
+pub use tensor::{flush, sync, Tensor};
 
 /// The IR and planner crates, for tools that inspect graphs and plans.
 pub use lazyfuse_fusion as fusion;

@@ -1,6 +1,7 @@
 //! One loaded PJRT client with its compile cache: the only place that talks to
 //! the device. Shared by every thread and every tensor of a [`crate::Device`].
 
+use crate::executor::Executor;
 use crate::metrics::{self, C};
 use crate::pjrt;
 use crate::{Error, Result};
@@ -57,6 +58,7 @@ pub struct Runtime {
     /// Uploaded lifted scalars by (bits, dtype, device): a loop reuses its
     /// learning rate's buffer instead of transferring it every step.
     scalars: Mutex<HashMap<(u64, DType, usize), Arc<DeviceBuffer>>>,
+    executor: Arc<Executor>,
 }
 
 /// Bound on cached scalar buffers (cleared when exceeded: values like a
@@ -81,18 +83,26 @@ impl Runtime {
             ))
         })?;
         metrics::install_exit_report();
-        Ok(Arc::new(Runtime {
+        let rt = Arc::new(Runtime {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             plugin_path: path.to_path_buf(),
             client,
             cache: Mutex::new(HashMap::new()),
             scalars: Mutex::new(HashMap::new()),
-        }))
+            executor: Arc::new(Executor::default()),
+        });
+        drain_at_exit(&rt);
+        Ok(rt)
     }
 
     /// The plugin file this runtime was loaded from.
     pub fn plugin_path(&self) -> &Path {
         &self.plugin_path
+    }
+
+    /// The worker that runs this runtime's flushed graphs in order.
+    pub(crate) fn executor(&self) -> &Arc<Executor> {
+        &self.executor
     }
 
     /// Number of addressable devices of this client.
@@ -233,4 +243,31 @@ impl Runtime {
         metrics::add(&C.execute_ns, t0.elapsed().as_nanos() as u64);
         r
     }
+}
+
+/// Runtimes whose executors must drain before the process exits.
+static DRAIN: Mutex<Vec<Arc<Executor>>> = Mutex::new(Vec::new());
+
+extern "C" {
+    fn atexit(cb: extern "C" fn()) -> i32;
+}
+
+extern "C" fn drain_executors() {
+    // Work still in flight at exit would race the plugin's own teardown.
+    let _ = std::panic::catch_unwind(|| {
+        for e in DRAIN.lock().iter() {
+            e.drain(std::time::Duration::from_secs(30));
+        }
+    });
+}
+
+fn drain_at_exit(rt: &Arc<Runtime>) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    DRAIN.lock().push(rt.executor.clone());
+    ONCE.call_once(|| {
+        // SAFETY: registers a plain `extern "C" fn` without captured state.
+        unsafe {
+            atexit(drain_executors);
+        }
+    });
 }

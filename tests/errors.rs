@@ -151,8 +151,9 @@ fn unfused_failure_is_reported_by_the_op_itself() {
     lazyfuse::testing::inject_compile_fault(Some("floor"));
     let line = line!() + 1;
     let y = x.floor().unwrap();
+    let r = y.to_vec::<f32>();
     lazyfuse::testing::inject_compile_fault(None);
-    let msg = y.to_vec::<f32>().unwrap_err().to_string();
+    let msg = r.unwrap_err().to_string();
     assert!(
         msg.contains(&format!("[floor @ {}:{line}]", file!())),
         "{msg}"

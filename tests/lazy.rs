@@ -197,9 +197,10 @@ fn fusion_off_runs_every_op_when_recorded() {
     let x = Tensor::from_slice(&data(59, 0.8), &[59], &d).unwrap();
     let before = snapshot();
     let y = x.exp().unwrap();
-    assert!(!y.is_pending(), "unfused ops run when recorded");
+    assert!(!y.is_pending(), "unfused ops are flushed when recorded");
     let z = y.add_scalar(1.0).unwrap().sqrt().unwrap();
     assert!(!z.is_pending());
+    z.realize().unwrap();
     let after = snapshot();
     assert_eq!(
         after.regions_executed - before.regions_executed,
@@ -333,4 +334,56 @@ fn display_shows_values() {
     assert_eq!(format!("{b}"), "[[false, false], [true, true]] bool[2, 2]");
     let i = Tensor::from_slice(&[7i32], &[], &d).unwrap();
     assert_eq!(format!("{i:?}"), "Tensor(7 i32[])");
+}
+
+#[test]
+fn a_flush_returns_at_once_and_later_graphs_use_in_flight_results() {
+    let _l = metrics_lock();
+    let _f = FusionGuard::new(true);
+    let d = dev();
+    let x = Tensor::from_slice(&data(67, 1.1), &[67], &d).unwrap();
+    let mut y = x.clone();
+    let mut expect = data(67, 1.1);
+    for k in 0..5 {
+        y = y.mul_scalar(0.5).unwrap().add_scalar(k as f64).unwrap();
+        for e in &mut expect {
+            *e = *e * 0.5 + k as f32;
+        }
+        lazyfuse::flush(); // hand it over; keep recording on the in-flight value
+        assert!(!y.is_pending());
+    }
+    let got = y.to_vec::<f32>().unwrap();
+    for (a, e) in got.iter().zip(&expect) {
+        assert!((a - e).abs() < 1e-5, "{a} vs {e}");
+    }
+}
+
+#[test]
+fn two_threads_missing_the_same_key_compile_it_once() {
+    let _l = metrics_lock();
+    let before = snapshot();
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+    let handles: Vec<_> = (0..2)
+        .map(|t| {
+            let b = barrier.clone();
+            std::thread::spawn(move || {
+                let _f = FusionGuard::new(true);
+                let d = dev();
+                let x = Tensor::from_slice(&data(71, t as f32), &[71], &d).unwrap();
+                let y = x.sin().unwrap().exp().unwrap().mul(&x).unwrap();
+                b.wait();
+                y.to_vec::<f32>().unwrap()
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let after = snapshot();
+    assert_eq!(
+        after.compiles - before.compiles,
+        1,
+        "one compile for both threads"
+    );
+    assert_eq!(after.cache_hits - before.cache_hits, 1);
 }

@@ -10,6 +10,7 @@ mod ops;
 mod overload;
 
 use crate::context::Ctx;
+use crate::executor::Batch;
 use crate::metrics::FlushReason;
 use crate::runtime::DeviceBuffer;
 use crate::{Device, Error, Result};
@@ -44,6 +45,8 @@ pub(crate) enum TState {
         node: NodeId,
         gen: u64,
     },
+    /// Flushed: the executor is computing it as part of this batch.
+    InFlight(Arc<Batch>),
     /// Materialised on the device.
     Ready(Arc<DeviceBuffer>),
     /// Its computation failed in XLA; reading it returns this error.
@@ -81,9 +84,16 @@ impl Tensor {
         &self.0.device
     }
 
-    /// True while the value is still only recorded (not yet computed).
+    /// True while the value is only recorded in its thread's graph (not yet
+    /// flushed to the executor).
     pub fn is_pending(&self) -> bool {
         matches!(*self.0.state.lock(), TState::Pending { .. })
+    }
+
+    /// True once the value is computed and resident on the device (or its
+    /// computation failed). Never blocks.
+    pub fn is_ready(&self) -> bool {
+        matches!(*self.0.state.lock(), TState::Ready(_) | TState::Failed(_))
     }
 
     /// Flushes whatever graph holds this tensor and returns its device buffer.
@@ -97,6 +107,11 @@ impl Tensor {
                     let ctx = ctx.clone();
                     drop(st);
                     ctx.flush(reason);
+                }
+                TState::InFlight(batch) => {
+                    let batch = batch.clone();
+                    drop(st);
+                    batch.wait();
                 }
             }
         }
@@ -256,7 +271,17 @@ impl Tensor {
     }
 }
 
-/// Flushes every graph the calling thread has pending (a sync point).
+/// Hands every graph the calling thread has pending to the executor and
+/// returns at once: compilation and execution overlap with whatever the
+/// thread records next (later graphs may use the in-flight results).
+pub fn flush() {
+    let _ = crate::context::sync_thread(FlushReason::Sync);
+}
+
+/// Flushes every graph the calling thread has pending and waits until they
+/// are computed (a sync point, like `torch_xla.sync()` + `wait_device_ops()`).
 pub fn sync() {
-    crate::context::sync_thread(FlushReason::Sync);
+    for batch in crate::context::sync_thread(FlushReason::Sync) {
+        batch.wait();
+    }
 }
