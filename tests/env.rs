@@ -1,0 +1,106 @@
+//! Environment toggles, each checked in a child process (they are read once
+//! per process): `TPU_FUSION=0` sets the default mode, `TPU_METRICS=1` prints
+//! the report at exit, `TPU_DUMP_DIR` writes each compiled region.
+
+mod common;
+use lazyfuse::{DType, Tensor};
+use std::process::Command;
+
+const CHILD: &str = "LAZYFUSE_ENV_TEST_CHILD";
+
+/// Re-runs this test binary's `child` test with extra environment.
+fn run_child(envs: &[(&str, &str)]) -> std::process::Output {
+    let exe = std::env::current_exe().unwrap();
+    let mut c = Command::new(exe);
+    c.args(["--exact", "child", "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1");
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+/// The child's work: a small computation, reporting what it observed.
+#[test]
+fn child() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    let d = common::dev();
+    let x = Tensor::arange(0.0, 8.0, DType::F32, &d).unwrap();
+    let y = x.exp().unwrap();
+    println!("fusion_enabled={}", lazyfuse::fusion_enabled());
+    println!("pending_after_op={}", y.is_pending());
+    println!("sum={}", y.sum_all().unwrap().item::<f32>().unwrap());
+}
+
+#[test]
+fn tpu_fusion_0_turns_fusion_off_by_default() {
+    let out = run_child(&[("TPU_FUSION", "0")]);
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{s}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(s.contains("fusion_enabled=false"), "{s}");
+    assert!(
+        s.contains("pending_after_op=false"),
+        "ops run when recorded: {s}"
+    );
+    let out = run_child(&[]);
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        s.contains("fusion_enabled=true") && s.contains("pending_after_op=true"),
+        "{s}"
+    );
+}
+
+#[test]
+fn tpu_metrics_1_prints_the_report_at_exit() {
+    let out = run_child(&[("TPU_METRICS", "1")]);
+    assert!(out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("lazyfuse metrics"), "{e}");
+    for name in [
+        "ops_recorded: ",
+        "compiles: ",
+        "cache_hits: ",
+        "flushes_read: ",
+        "live_buffers: ",
+    ] {
+        assert!(
+            e.lines().any(|l| l.starts_with(name)),
+            "missing {name} in\n{e}"
+        );
+    }
+    let quiet = run_child(&[]);
+    assert!(!String::from_utf8_lossy(&quiet.stderr).contains("lazyfuse metrics"));
+}
+
+#[test]
+fn tpu_dump_dir_writes_each_compiled_region() {
+    let dir = std::env::temp_dir().join(format!("lazyfuse-dump-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = run_child(&[("TPU_DUMP_DIR", dir.to_str().unwrap())]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let mlir: Vec<_> = files
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "mlir"))
+        .collect();
+    assert!(!mlir.is_empty(), "{files:?}");
+    let text = std::fs::read_to_string(mlir[0]).unwrap();
+    assert!(
+        text.contains("func.func public @main") && text.contains("env.rs:"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
