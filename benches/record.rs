@@ -14,52 +14,32 @@ fn bench_record(c: &mut Criterion) {
     let y = Tensor::randn(&[64, 64], 1, &dev).unwrap();
     let mut g = c.benchmark_group("record");
     g.throughput(criterion::Throughput::Elements(OPS_PER_BATCH as u64));
-    g.bench_function("binary_op_on_pending_x1000", |b| {
-        b.iter_batched(
-            || {
-                // Flush the previous batch: its result is dropped, so nothing runs.
-                lazyfuse::sync();
-                x.add(&y).unwrap()
-            },
-            |mut acc| {
-                for _ in 0..OPS_PER_BATCH {
-                    acc = acc.mul(&y).unwrap();
-                }
-                acc
-            },
-            BatchSize::PerIteration,
-        )
-    });
-    g.bench_function("scalar_op_on_pending_x1000", |b| {
-        b.iter_batched(
-            || {
-                lazyfuse::sync();
-                x.add(&y).unwrap()
-            },
-            |mut acc| {
-                for _ in 0..OPS_PER_BATCH {
-                    acc = acc.mul_scalar(1.0001).unwrap();
-                }
-                acc
-            },
-            BatchSize::PerIteration,
-        )
-    });
-    g.bench_function("unary_op_on_pending_x1000", |b| {
-        b.iter_batched(
-            || {
-                lazyfuse::sync();
-                x.add(&y).unwrap()
-            },
-            |mut acc| {
-                for _ in 0..OPS_PER_BATCH {
-                    acc = acc.tanh().unwrap();
-                }
-                acc
-            },
-            BatchSize::PerIteration,
-        )
-    });
+    type Op = fn(&Tensor, &Tensor) -> Tensor;
+    let cases: [(&str, Op); 3] = [
+        ("binary_op_on_pending_x1000", |acc, y| acc.mul(y).unwrap()),
+        ("scalar_op_on_pending_x1000", |acc, _| {
+            acc.mul_scalar(1.0001).unwrap()
+        }),
+        ("unary_op_on_pending_x1000", |acc, _| acc.tanh().unwrap()),
+    ];
+    for (name, op) in cases {
+        g.bench_function(name, |b| {
+            b.iter_batched(
+                || {
+                    // Flush the previous batch: its result is dropped, so nothing runs.
+                    lazyfuse::sync();
+                    x.add(&y).unwrap()
+                },
+                |mut acc| {
+                    for _ in 0..OPS_PER_BATCH {
+                        acc = op(&acc, &y);
+                    }
+                    acc
+                },
+                BatchSize::PerIteration,
+            )
+        });
+    }
     g.finish();
     lazyfuse::sync();
 }
