@@ -139,12 +139,14 @@ fn run_job(job: Job) {
     } = job;
     let _span =
         tracing::debug_span!("flush", reason = reason.name(), nodes = graph.len()).entered();
-    let live_for_panic: Vec<Arc<TensorInner>> = live.iter().map(|(_, t)| t.clone()).collect();
+    // Weak: the job must not keep its results alive past binding them.
+    let live_for_panic: Vec<std::sync::Weak<TensorInner>> =
+        live.iter().map(|(_, t)| Arc::downgrade(t)).collect();
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         execute_graph(&device, &graph, live, leaves, fuse)
     }));
     if r.is_err() {
-        for t in live_for_panic {
+        for t in live_for_panic.iter().filter_map(|w| w.upgrade()) {
             let mut st = t.state.lock();
             if matches!(*st, TState::InFlight(_)) {
                 *st = TState::Failed(Error::Pjrt(
@@ -153,6 +155,10 @@ fn run_job(job: Job) {
             }
         }
     }
+    // Everything the job held is released before its readers wake up, so
+    // they observe the final buffer accounting.
+    drop(graph);
+    drop(_span);
     batch.finish();
 }
 
@@ -169,13 +175,26 @@ fn execute_graph(
     for (n, leaf) in leaves {
         match leaf {
             Leaf::Buffer(b) => leaf_bufs.push((n, b)),
-            Leaf::Future(t) => match &*t.state.lock() {
-                TState::Ready(b) => leaf_bufs.push((n, b.clone())),
-                TState::Failed(e) => leaf_failures.push((n, e.clone())),
-                _ => leaf_failures.push((
-                    n,
-                    Error::Pjrt("internal: input computed out of order".into()),
-                )),
+            Leaf::Future(t) => loop {
+                let st = t.state.lock();
+                match &*st {
+                    TState::Ready(b) => leaf_bufs.push((n, b.clone())),
+                    TState::Failed(e) => leaf_failures.push((n, e.clone())),
+                    // Only with launch blocking, where jobs run on their
+                    // flushing threads: the producer started earlier on
+                    // another thread and never waits for us.
+                    TState::InFlight(batch) => {
+                        let batch = batch.clone();
+                        drop(st);
+                        batch.wait();
+                        continue;
+                    }
+                    TState::Pending { .. } => leaf_failures.push((
+                        n,
+                        Error::Pjrt("internal: input computed out of order".into()),
+                    )),
+                }
+                break;
             },
         }
     }

@@ -104,3 +104,27 @@ fn tpu_dump_dir_writes_each_compiled_region() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn pipeline_off_gives_the_same_results() {
+    let sum = |out: std::process::Output| {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let s = String::from_utf8_lossy(&out.stdout).to_string();
+        s.lines()
+            .find(|l| l.starts_with("sum="))
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("{s}"))
+    };
+    let blocking = sum(run_child(&[("TPU_LAUNCH_BLOCKING", "1")]));
+    let pipelined = sum(run_child(&[]));
+    let unfused_blocking = sum(run_child(&[
+        ("TPU_LAUNCH_BLOCKING", "1"),
+        ("TPU_FUSION", "0"),
+    ]));
+    assert_eq!(blocking, pipelined);
+    assert_eq!(blocking, unfused_blocking);
+}
