@@ -17,7 +17,6 @@ use lazyfuse_ir::{Graph, NodeId, Op};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::panic::Location;
 use std::sync::{Arc, Weak};
 
@@ -35,7 +34,7 @@ struct GraphState {
     /// The tensor created for each node, if any (indexed by node index).
     owners: Vec<Weak<TensorInner>>,
     /// Values entering the graph from outside, deduplicated by address.
-    leaves: HashMap<usize, NodeId>,
+    leaves: std::collections::HashMap<usize, NodeId, std::hash::BuildHasherDefault<ahash::AHasher>>,
     leaf_bufs: Vec<(NodeId, Leaf)>,
     /// Fusion mode the pending ops were recorded under.
     fuse: bool,
@@ -113,7 +112,10 @@ pub(crate) fn record(
         {
             continue; // our graph was flushed meanwhile: inputs are materialised now
         }
-        let ids: SmallVec<[NodeId; 3]> = resolved.iter().map(|r| g.node_for(r, origin)).collect();
+        let mut ids: SmallVec<[NodeId; 3]> = SmallVec::new();
+        for r in &resolved {
+            ids.push(g.node_for(r, origin));
+        }
         let id = g
             .graph
             .push_inferred(op, &ids, shape.clone(), dtype, origin);

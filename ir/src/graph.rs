@@ -91,8 +91,16 @@ impl Graph {
         dtype: DType,
         origin: &'static Location<'static>,
     ) -> NodeId {
-        let hashes: SmallVec<[u64; 3]> = inputs.iter().map(|&i| self.g[i].hash).collect();
-        let hash = node_hash(&op, &hashes, &shape, dtype);
+        let mut hashes = [0u64; 3];
+        let hash = if inputs.len() <= 3 {
+            for (h, &i) in hashes.iter_mut().zip(inputs) {
+                *h = self.g[i].hash;
+            }
+            node_hash(&op, &hashes[..inputs.len()], &shape, dtype)
+        } else {
+            let all: Vec<u64> = inputs.iter().map(|&i| self.g[i].hash).collect();
+            node_hash(&op, &all, &shape, dtype)
+        };
         let id = self.g.add_node(Node {
             op,
             inputs: Inputs::from_slice(inputs),

@@ -298,6 +298,9 @@ fn int_range(d: DType) -> (i128, i128) {
 
 fn broadcast2(inputs: &[Operand<'_>]) -> Result<Shape, InferError> {
     let (a, b) = (inputs[0].0, inputs[1].0);
+    if a == b {
+        return Ok(a.clone());
+    }
     Shape::broadcast(a, b)
         .ok_or_else(|| InferError(format!("shapes {a} and {b} cannot be broadcast together")))
 }

@@ -193,7 +193,10 @@ impl Tensor {
         inputs: &[&Tensor],
         loc: &'static Location<'static>,
     ) -> Result<Tensor> {
-        let args: SmallVec<[Arg<'_>; 3]> = inputs.iter().map(|t| Arg::T(t)).collect();
+        let mut args: SmallVec<[Arg<'_>; 3]> = SmallVec::new();
+        for t in inputs {
+            args.push(Arg::T(t));
+        }
         Tensor::apply_args(op, &args, loc)
     }
 
@@ -206,13 +209,13 @@ impl Tensor {
         loc: &'static Location<'static>,
     ) -> Result<Tensor> {
         let scalar = Shape::scalar();
-        let operands: SmallVec<[(&Shape, DType); 3]> = args
-            .iter()
-            .map(|a| match a {
+        let mut operands: SmallVec<[(&Shape, DType); 3]> = SmallVec::new();
+        for a in args {
+            operands.push(match a {
                 Arg::T(t) => (&t.0.shape, t.0.dtype),
                 Arg::Scalar(_, d) => (&scalar, *d),
-            })
-            .collect();
+            });
+        }
         let describe = || {
             args.iter()
                 .map(|a| match a {
