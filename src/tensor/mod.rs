@@ -6,6 +6,7 @@
 
 mod create;
 mod display;
+mod index;
 mod ops;
 mod overload;
 
