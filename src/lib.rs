@@ -16,6 +16,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod autograd;
 mod config;
 mod context;
 mod device;
@@ -30,6 +31,7 @@ mod tensor;
 #[doc(hidden)]
 pub mod testing;
 
+pub use autograd::{is_grad_enabled, no_grad, NoGradGuard};
 pub use config::{fusion_enabled, max_pending_ops, set_fusion, set_max_pending_ops, FusionGuard};
 pub use context::pending_ops;
 pub use device::Device;
