@@ -24,6 +24,8 @@ mod dump;
 mod error;
 mod lower;
 pub mod metrics;
+pub mod nn;
+pub mod optim;
 pub mod pjrt;
 pub mod plugin;
 mod runtime;

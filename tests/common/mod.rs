@@ -1,6 +1,8 @@
 //! Shared helpers for the integration tests (all against the real XLA plugin).
 #![allow(dead_code)]
 
+pub mod mlp;
+
 use lazyfuse::ir::{interp, DType, HostTensor, Op, Shape};
 use lazyfuse::{Device, FusionGuard, Result, Tensor};
 use std::sync::{Mutex, MutexGuard, OnceLock};
