@@ -128,6 +128,7 @@ pub(crate) fn record(
                 node: id,
                 gen: g.gen,
             }),
+            autograd: Default::default(),
         });
         let idx = id.index();
         if g.owners.len() <= idx {

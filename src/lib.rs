@@ -16,6 +16,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod autograd;
 mod config;
 mod context;
 mod device;
@@ -24,6 +25,8 @@ mod error;
 mod executor;
 mod lower;
 pub mod metrics;
+pub mod nn;
+pub mod optim;
 pub mod pjrt;
 pub mod plugin;
 mod runtime;
@@ -31,6 +34,7 @@ mod tensor;
 #[doc(hidden)]
 pub mod testing;
 
+pub use autograd::{is_grad_enabled, no_grad, NoGradGuard};
 pub use config::{fusion_enabled, max_pending_ops, set_fusion, set_max_pending_ops, FusionGuard};
 pub use context::pending_ops;
 pub use device::Device;

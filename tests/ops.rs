@@ -3,7 +3,7 @@
 //! values, every dtype the op accepts.
 
 mod common;
-use common::{assert_close, dev, random_host, Rng};
+use common::{assert_close, check, dev, random_host, Rng};
 use lazyfuse::ir::{
     interp, Axes, BinaryOp, CmpOp, DType, HostTensor, Literal, Op, ReduceOp, Shape, UnaryOp,
 };
@@ -11,29 +11,6 @@ use lazyfuse::{FusionGuard, Result, Tensor};
 
 const FLOATS: [DType; 4] = [DType::F32, DType::F64, DType::BF16, DType::F16];
 const INTS: [DType; 3] = [DType::I32, DType::I64, DType::U8];
-
-/// Runs `api` on uploaded `inputs` fused and unfused and compares both with
-/// the interpreter's evaluation of `op`.
-fn check(
-    what: &str,
-    op: &Op,
-    inputs: &[HostTensor],
-    slack: f64,
-    api: &dyn Fn(&[Tensor]) -> Result<Tensor>,
-) {
-    let refs: Vec<&HostTensor> = inputs.iter().collect();
-    let expected =
-        interp::eval_op(op, &refs).unwrap_or_else(|e| panic!("{what}: interpreter rejected: {e}"));
-    for fuse in [true, false] {
-        let _g = FusionGuard::new(fuse);
-        let ts = common::upload(inputs);
-        let out = api(&ts).unwrap_or_else(|e| panic!("{what}: api error {e}"));
-        let got = out
-            .to_host()
-            .unwrap_or_else(|e| panic!("{what} (fuse={fuse}): {e}"));
-        assert_close(&format!("{what} fuse={fuse}"), &got, &expected, slack);
-    }
-}
 
 /// Float data with the special values mixed in at the front.
 fn with_specials(mut h: HostTensor) -> HostTensor {
@@ -70,6 +47,7 @@ fn unary_api(u: UnaryOp) -> impl Fn(&[Tensor]) -> Result<Tensor> {
         UnaryOp::Sin => t[0].sin(),
         UnaryOp::Cos => t[0].cos(),
         UnaryOp::Floor => t[0].floor(),
+        UnaryOp::Erf => t[0].erf(),
     }
 }
 

@@ -216,6 +216,38 @@ pub fn infer(op: &Op, inputs: &[Operand<'_>]) -> Result<(Shape, DType), InferErr
             batch.0.push(n);
             Ok((batch, da))
         }
+        Op::IndexSelect { axis } => {
+            let (s, d) = inputs[0];
+            let (is, id) = inputs[1];
+            if *axis >= s.rank() {
+                return err(format!("axis {axis} out of range for rank {}", s.rank()));
+            }
+            if !id.is_int() || is.rank() != 1 {
+                return err(format!(
+                    "indices must be a 1-D integer tensor, got {id}{is}"
+                ));
+            }
+            let k = is.dims()[0];
+            if k > 0 && s.dims()[*axis] == 0 {
+                return err(format!("cannot select from axis {axis} of size 0"));
+            }
+            let mut out = s.clone();
+            out.0[*axis] = k;
+            Ok((out, d))
+        }
+        Op::RandomUniform { shape, dtype } => {
+            let (s, d) = inputs[0];
+            if d != DType::I64 || s.rank() != 0 {
+                return err(format!("the seed must be an i64 scalar, got {d}{s}"));
+            }
+            if !dtype.is_float() {
+                return err(format!("needs a float dtype, got {dtype}"));
+            }
+            if shape.numel() as u64 > u32::MAX as u64 {
+                return err("the counter is 32 bits: at most 2^32 - 1 elements");
+            }
+            Ok((shape.clone(), *dtype))
+        }
     }
 }
 

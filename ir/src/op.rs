@@ -85,6 +85,8 @@ op_family!(
         /// tanh approximation: 0.5x(1+tanh(0.7978845608028654(x+0.044715x^3))).
         Gelu => "gelu",
         Sin => "sin", Cos => "cos", Floor => "floor",
+        /// The Gauss error function (exact GELU and normal CDFs need it).
+        Erf => "erf",
     }
 );
 
@@ -170,6 +172,23 @@ pub enum Op {
     },
     /// Batched matrix product `[..., m, k] x [..., k, n]` with broadcast batch dims.
     MatMul,
+    /// `index_select(x, axis, idx)`: operands `x` and a 1-D integer `idx` of
+    /// length `k`; the result is `x` with dim `axis` replaced by `k`, slice `j`
+    /// being `x`'s slice `idx[j]`. Indices are clamped into `0..dim` (as XLA's
+    /// gather does), so an out-of-range index reads the nearest edge slice.
+    /// Embedding lookups are this op on axis 0.
+    IndexSelect {
+        axis: usize,
+    },
+    /// Uniform `[0, 1)` values of float `dtype` and `shape` from a counter-based
+    /// generator: element `i` (row-major) is a pure function of `(seed, i)`, so
+    /// fused, unfused and interpreted runs draw the same numbers. The single
+    /// operand is the seed, an i64 scalar tensor (a tensor, not an attribute,
+    /// so a new seed each step never recompiles). See `interp` for the hash.
+    RandomUniform {
+        shape: Shape,
+        dtype: DType,
+    },
 }
 
 impl Op {
@@ -192,6 +211,8 @@ impl Op {
             Op::Slice { .. } => "narrow",
             Op::Concat { .. } => "cat",
             Op::MatMul => "matmul",
+            Op::IndexSelect { .. } => "index_select",
+            Op::RandomUniform { .. } => "rand_uniform",
         }
     }
 
@@ -249,8 +270,9 @@ impl Op {
             | Op::Reshape(_)
             | Op::Permute(_)
             | Op::BroadcastTo(_)
-            | Op::Slice { .. } => 1,
-            Op::Binary(_) | Op::Compare(_) | Op::MatMul => 2,
+            | Op::Slice { .. }
+            | Op::RandomUniform { .. } => 1,
+            Op::Binary(_) | Op::Compare(_) | Op::MatMul | Op::IndexSelect { .. } => 2,
             Op::Select => 3,
             Op::Concat { .. } => return None,
         })

@@ -8,6 +8,7 @@
 //! of the IR becomes explicit `broadcast_in_dim`.
 
 mod emit;
+mod index;
 mod ops;
 
 use emit::Emitter;

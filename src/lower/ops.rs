@@ -132,6 +132,22 @@ pub fn lower_node(e: &mut Emitter<'_>, id: NodeId) {
             )
         }
         Op::MatMul => matmul(e, id),
+        Op::IndexSelect { axis } => {
+            let (xn, inn) = (g.node(arg(0)), g.node(arg(1)));
+            let (x, i) = (e.value(arg(0)), e.value(arg(1)));
+            super::index::index_select(
+                e,
+                (&x, &xn.shape),
+                (&i, &inn.shape, inn.dtype),
+                *axis,
+                shape,
+                dt,
+            )
+        }
+        Op::RandomUniform { .. } => {
+            let s = e.value(arg(0));
+            super::index::random_uniform(e, &s, shape, dt)
+        }
     };
     e.bind(id, v);
 }
@@ -186,6 +202,8 @@ fn unary(e: &mut Emitter<'_>, u: UnaryOp, x: &str, s: &Shape, dt: DType) -> Stri
         UnaryOp::Sin => simple("stablehlo.sine", e),
         UnaryOp::Cos => simple("stablehlo.cosine", e),
         UnaryOp::Floor => simple("stablehlo.floor", e),
+        // CHLO is legalised by XLA's StableHLO pipeline; its erf is accurate in f64.
+        UnaryOp::Erf => simple("chlo.erf", e),
         UnaryOp::Relu => {
             let z = e.constant(Literal::Int(0), s, dt);
             extremum(e, "stablehlo.maximum", x, &z, s, dt)

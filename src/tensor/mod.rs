@@ -4,8 +4,10 @@
 //! site, naming the caller's line), then records; nothing runs until a sync
 //! point needs a value.
 
+mod composite;
 mod create;
 mod display;
+mod index;
 mod ops;
 mod overload;
 
@@ -29,6 +31,9 @@ pub(crate) struct TensorInner {
     pub dtype: DType,
     pub device: Device,
     pub state: Mutex<TState>,
+    /// Autograd bookkeeping, set only for tensors that take part in
+    /// differentiation (so untracked tensors pay one empty `OnceLock`).
+    pub autograd: std::sync::OnceLock<Arc<crate::autograd::Meta>>,
 }
 
 /// An operand as recorded: a tensor, or a host scalar of a dtype.
@@ -248,7 +253,12 @@ impl Tensor {
                 loc,
             ));
         }
-        crate::context::record(device, op, args, shape, dtype, loc)
+        let track = crate::autograd::tracks(args).then(|| op.clone());
+        let out = crate::context::record(device, op, args, shape, dtype, loc)?;
+        if let Some(op) = track {
+            crate::autograd::attach(op, args, &out, loc);
+        }
+        Ok(out)
     }
 
     /// Records a leaf-producing op (constants, arange) on `device`.
@@ -263,6 +273,14 @@ impl Tensor {
         crate::context::record(device, op, &[], shape, dtype, loc)
     }
 
+    /// The device buffer if the value is already materialised (no flush).
+    pub(crate) fn ready_buffer(&self) -> Option<Arc<DeviceBuffer>> {
+        match &*self.0.state.lock() {
+            TState::Ready(b) => Some(b.clone()),
+            _ => None,
+        }
+    }
+
     /// Wraps an already materialised buffer.
     pub(crate) fn ready(buf: Arc<DeviceBuffer>, device: &Device) -> Tensor {
         Tensor(Arc::new(TensorInner {
@@ -270,6 +288,7 @@ impl Tensor {
             dtype: buf.dtype,
             device: device.clone(),
             state: Mutex::new(TState::Ready(buf)),
+            autograd: Default::default(),
         }))
     }
 }

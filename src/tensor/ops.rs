@@ -52,6 +52,8 @@ unary_methods!(
     cos => Cos,
     /// Round toward negative infinity (float).
     floor => Floor,
+    /// The Gauss error function (float); exact GELU is built on it.
+    erf => Erf,
 );
 
 macro_rules! binary_methods {
@@ -186,7 +188,7 @@ impl Tensor {
         Ok(Arg::Scalar(value, self.dtype()))
     }
 
-    fn axes(
+    pub(crate) fn axes(
         &self,
         op: &'static str,
         axes: &[isize],
@@ -195,7 +197,7 @@ impl Tensor {
         normalize_axes(axes, self.rank()).map_err(|e| Error::op(op, e, self.describe(), loc))
     }
 
-    fn axis(
+    pub(crate) fn axis(
         &self,
         op: &'static str,
         axis: isize,

@@ -1,8 +1,10 @@
 //! Shared helpers for the integration tests (all against the real XLA plugin).
 #![allow(dead_code)]
 
-use lazyfuse::ir::{DType, HostTensor, Shape};
-use lazyfuse::{Device, Tensor};
+pub mod mlp;
+
+use lazyfuse::ir::{interp, DType, HostTensor, Op, Shape};
+use lazyfuse::{Device, FusionGuard, Result, Tensor};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 /// The default device (the provisioned CPU plugin, or `TPU_PJRT_PLUGIN`).
@@ -117,4 +119,27 @@ pub fn upload(hs: &[HostTensor]) -> Vec<Tensor> {
     hs.iter()
         .map(|h| Tensor::from_host(h, &dev()).unwrap())
         .collect()
+}
+
+/// Runs `api` on uploaded `inputs` fused and unfused and compares both with
+/// the interpreter's evaluation of `op`.
+pub fn check(
+    what: &str,
+    op: &Op,
+    inputs: &[HostTensor],
+    slack: f64,
+    api: &dyn Fn(&[Tensor]) -> Result<Tensor>,
+) {
+    let refs: Vec<&HostTensor> = inputs.iter().collect();
+    let expected =
+        interp::eval_op(op, &refs).unwrap_or_else(|e| panic!("{what}: interpreter rejected: {e}"));
+    for fuse in [true, false] {
+        let _g = FusionGuard::new(fuse);
+        let ts = upload(inputs);
+        let out = api(&ts).unwrap_or_else(|e| panic!("{what}: api error {e}"));
+        let got = out
+            .to_host()
+            .unwrap_or_else(|e| panic!("{what} (fuse={fuse}): {e}"));
+        assert_close(&format!("{what} fuse={fuse}"), &got, &expected, slack);
+    }
 }

@@ -14,11 +14,14 @@
 //!   bytes, so they are bit-exact for every dtype.
 //!
 //! Per-op details are documented on the (private) functions of the
-//! `elementwise`, `layout` and `reduce` submodules.
+//! `elementwise`, `index`, `layout` and `reduce` submodules.
 
 mod elementwise;
+mod index;
 mod layout;
 mod reduce;
+
+pub use index::{mix32, random_bits};
 
 use crate::{infer, Graph, HostTensor, InferError, NodeId, Op, Operand};
 use smallvec::SmallVec;
@@ -78,6 +81,8 @@ pub fn eval_op(op: &Op, inputs: &[&HostTensor]) -> Result<HostTensor, InferError
         Op::Slice { axis, start, len } => layout::slice(x(), *axis, *start, *len),
         Op::Concat { axis } => layout::concat(inputs, *axis, shape.clone()),
         Op::MatMul => reduce::matmul(x(), inputs[1], shape.clone()),
+        Op::IndexSelect { axis } => index::index_select(x(), inputs[1], *axis, shape.clone()),
+        Op::RandomUniform { dtype, .. } => index::random_uniform(x(), shape.clone(), *dtype),
     };
     debug_assert_eq!(
         (&out.shape, out.dtype),

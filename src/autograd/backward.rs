@@ -1,0 +1,146 @@
+//! The backward pass: order the recorded grad nodes reachable from the root,
+//! then walk them from the root down, applying each op's rule and summing
+//! gradients per node; leaves accumulate into their `grad` slot.
+
+use super::{meta, requires, rules, GradNode, Meta, NoGradGuard, Saved};
+use crate::tensor::{Arg, Tensor};
+use crate::{Error, Result};
+use smallvec::SmallVec;
+use std::collections::{HashMap, HashSet};
+use std::panic::Location;
+use std::sync::Arc;
+
+fn key(m: &Arc<Meta>) -> usize {
+    Arc::as_ptr(m) as usize
+}
+
+fn saved_inputs(node: &GradNode, loc: &'static Location<'static>) -> Result<SmallVec<[Saved; 3]>> {
+    node.inputs.lock().clone().ok_or_else(|| {
+        Error::op(
+            "backward",
+            format!(
+                "the graph through {} (recorded at {}) was already released by an earlier backward; use backward_retain_graph to run backward twice",
+                node.op.name(),
+                node.origin
+            ),
+            String::new(),
+            loc,
+        )
+    })
+}
+
+/// Grad nodes reachable from `root`, each after every node that uses it
+/// (reverse post-order of an iterative depth-first search).
+fn topo_order(root: &Arc<Meta>, loc: &'static Location<'static>) -> Result<Vec<Arc<Meta>>> {
+    let mut order = Vec::new();
+    let mut seen = HashSet::new();
+    let mut stack: Vec<(Arc<Meta>, bool)> = vec![(root.clone(), false)];
+    while let Some((m, expanded)) = stack.pop() {
+        if expanded {
+            order.push(m);
+            continue;
+        }
+        if !seen.insert(key(&m)) {
+            continue;
+        }
+        stack.push((m.clone(), true));
+        if let Meta::Node(n) = &*m {
+            for s in saved_inputs(n, loc)? {
+                if let Saved::T(t) = s {
+                    if let Some(c) = meta(&t) {
+                        if matches!(**c, Meta::Node(_)) && !seen.contains(&key(c)) {
+                            stack.push((c.clone(), false));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    order.reverse();
+    Ok(order)
+}
+
+fn accumulate(slot: &mut Option<Tensor>, g: Tensor) -> Result<()> {
+    *slot = Some(match slot.take() {
+        Some(old) => old.add(&g)?,
+        None => g,
+    });
+    Ok(())
+}
+
+/// `root.backward()`: see [`Tensor::backward`].
+pub(super) fn run(root: &Tensor, retain: bool, loc: &'static Location<'static>) -> Result<()> {
+    let bad = |why: String| Err(Error::op("backward", why, root.describe(), loc));
+    if root.numel() != 1 {
+        return bad(format!(
+            "needs a one-element (scalar) tensor, got {} elements; reduce it first (e.g. mean_all)",
+            root.numel()
+        ));
+    }
+    if !root.dtype().is_float() {
+        return bad("needs a float tensor".into());
+    }
+    let Some(rm) = meta(root).filter(|_| requires(root)) else {
+        return bad("this tensor does not require grad: no input was marked with set_requires_grad(true) (or it was computed under no_grad)".into());
+    };
+    let _ng = NoGradGuard::new();
+    let seed = root.ones_like()?;
+    if let Meta::Leaf { grad, .. } = &**rm {
+        accumulate(&mut grad.lock(), seed)?;
+        crate::sync();
+        return Ok(());
+    }
+    let order = topo_order(rm, loc)?;
+    let mut grads: HashMap<usize, Tensor> = HashMap::new();
+    grads.insert(key(rm), seed);
+    for m in &order {
+        let Meta::Node(node) = &**m else { continue };
+        let inputs = if retain {
+            saved_inputs(node, loc)?
+        } else {
+            node.inputs.lock().take().unwrap_or_default()
+        };
+        let Some(g) = grads.remove(&key(m)) else {
+            continue;
+        };
+        let need: SmallVec<[bool; 3]> = inputs
+            .iter()
+            .map(|s| matches!(s, Saved::T(t) if requires(t)))
+            .collect();
+        let device = g.device().clone();
+        let xs: Vec<Tensor> = inputs
+            .iter()
+            .map(|s| match s {
+                Saved::T(t) => Ok(t.clone()),
+                Saved::Scalar(l, d) => Tensor::full(l.as_f64(), &[], *d, &device),
+            })
+            .collect::<Result<_>>()?;
+        let out = match node.out.upgrade() {
+            Some(inner) => Tensor(inner),
+            None => {
+                let args: SmallVec<[Arg<'_>; 3]> = xs.iter().map(Arg::T).collect();
+                Tensor::apply_args(node.op.clone(), &args, node.origin)?
+            }
+        };
+        let gs = rules::input_grads(&node.op, &xs, &out, &g, &need)?;
+        for ((s, gi), needed) in inputs.iter().zip(gs).zip(need) {
+            let (Saved::T(t), Some(gi), true) = (s, gi, needed) else {
+                continue;
+            };
+            debug_assert_eq!(gi.shape(), t.shape(), "{} gradient shape", node.op.name());
+            match meta(t).map(|m| &**m) {
+                Some(Meta::Leaf { grad, .. }) => accumulate(&mut grad.lock(), gi)?,
+                Some(Meta::Node(_)) => {
+                    let k = key(meta(t).expect("checked above"));
+                    let mut slot = grads.remove(&k);
+                    accumulate(&mut slot, gi)?;
+                    grads.insert(k, slot.expect("just accumulated"));
+                }
+                None => {}
+            }
+        }
+    }
+    drop(order);
+    crate::sync();
+    Ok(())
+}

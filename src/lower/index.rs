@@ -1,0 +1,175 @@
+//! Lowering of the indexed read (`stablehlo.gather`) and of the counter-based
+//! generator (`ui32` integer arithmetic), matching `lazyfuse_ir::interp` bit for bit.
+
+use super::emit::{i64_array, ty, Emitter};
+use lazyfuse_ir::{DType, Shape};
+
+/// `index_select` as one gather: every index picks a full slice of `x` that
+/// is 1 wide along `axis`; XLA clamps start indices into range, as the IR says.
+pub fn index_select(
+    e: &mut Emitter<'_>,
+    (x, xs): (&str, &Shape),
+    (idx, is, idt): (&str, &Shape, DType),
+    axis: usize,
+    out: &Shape,
+    dt: DType,
+) -> String {
+    let k = is.dims()[0];
+    let col = Shape::new(&[k, 1]);
+    let idx2 = e.reshape(idx, is, &col, idt);
+    let offset = (0..xs.rank()).filter(|&d| d != axis);
+    let sizes = (0..xs.rank()).map(|d| if d == axis { 1 } else { xs.dims()[d] });
+    let attr = format!(
+        "dimension_numbers = #stablehlo.gather<offset_dims = [{}], collapsed_slice_dims = [{axis}], start_index_map = [{axis}], index_vector_dim = 1>, slice_sizes = {}, indices_are_sorted = false",
+        offset.map(|d| d.to_string()).collect::<Vec<_>>().join(", "),
+        i64_array(sizes)
+    );
+    e.op(
+        "stablehlo.gather",
+        &[(x, ty(xs, dt)), (&idx2, ty(&col, idt))],
+        &attr,
+        &ty(out, dt),
+    )
+}
+
+/// `ui32` tensor type of rank 0 (`n = None`) or 1.
+fn u32_ty(n: Option<usize>) -> String {
+    match n {
+        Some(n) => format!("tensor<{n}xui32>"),
+        None => "tensor<ui32>".to_string(),
+    }
+}
+
+/// Emits ui32 arithmetic on values of one shape (scalar or `[n]`).
+struct U32<'a, 'g> {
+    e: &'a mut Emitter<'g>,
+    n: Option<usize>,
+}
+
+impl U32<'_, '_> {
+    fn konst(&mut self, v: u32) -> String {
+        let s = u32_ty(None);
+        let c = self.e.op(
+            "stablehlo.constant",
+            &[],
+            &format!("value = dense<{v}> : {s}"),
+            &s,
+        );
+        match self.n {
+            None => c,
+            Some(_) => self.e.op(
+                "stablehlo.broadcast_in_dim",
+                &[(&c, s)],
+                "broadcast_dimensions = array<i64>",
+                &u32_ty(self.n),
+            ),
+        }
+    }
+    fn bin(&mut self, name: &str, a: &str, b: &str) -> String {
+        let t = u32_ty(self.n);
+        self.e.op(name, &[(a, t.clone()), (b, t.clone())], "", &t)
+    }
+    fn bin_k(&mut self, name: &str, a: &str, k: u32) -> String {
+        let c = self.konst(k);
+        self.bin(name, a, &c)
+    }
+    /// `lowbias32`, as `lazyfuse_ir::interp::mix32`.
+    fn mix(&mut self, x: &str) -> String {
+        let s = self.bin_k("stablehlo.shift_right_logical", x, 16);
+        let x = self.bin("stablehlo.xor", x, &s);
+        let x = self.bin_k("stablehlo.multiply", &x, 0x7feb_352d);
+        let s = self.bin_k("stablehlo.shift_right_logical", &x, 15);
+        let x = self.bin("stablehlo.xor", &x, &s);
+        let x = self.bin_k("stablehlo.multiply", &x, 0x846c_a68b);
+        let s = self.bin_k("stablehlo.shift_right_logical", &x, 16);
+        self.bin("stablehlo.xor", &x, &s)
+    }
+}
+
+/// `rand_uniform`: see `lazyfuse_ir::interp::random_bits` for the hash.
+pub fn random_uniform(e: &mut Emitter<'_>, seed: &str, out: &Shape, dt: DType) -> String {
+    let i64s = ty(&Shape::scalar(), DType::I64);
+    let scalar_i64 = |e: &mut Emitter<'_>, v: i64| {
+        e.op(
+            "stablehlo.constant",
+            &[],
+            &format!("value = dense<{v}> : {i64s}"),
+            &i64s,
+        )
+    };
+    // Seed words: both conversions are in range, so exact.
+    let mask = scalar_i64(e, 0xffff_ffff);
+    let lo = e.op(
+        "stablehlo.and",
+        &[(seed, i64s.clone()), (&mask, i64s.clone())],
+        "",
+        &i64s,
+    );
+    let k32 = scalar_i64(e, 32);
+    let hi = e.op(
+        "stablehlo.shift_right_logical",
+        &[(seed, i64s.clone()), (&k32, i64s.clone())],
+        "",
+        &i64s,
+    );
+    let lo = e.op(
+        "stablehlo.convert",
+        &[(&lo, i64s.clone())],
+        "",
+        &u32_ty(None),
+    );
+    let hi = e.op(
+        "stablehlo.convert",
+        &[(&hi, i64s.clone())],
+        "",
+        &u32_ty(None),
+    );
+    let key = {
+        let mut s = U32 { e, n: None };
+        let h = s.bin_k("stablehlo.add", &hi, 0x9e37_79b9);
+        let h = s.mix(&h);
+        let k = s.bin("stablehlo.xor", &lo, &h);
+        s.mix(&k)
+    };
+    let n = out.numel();
+    let flat = Shape::new(&[n]);
+    let keyv = e.op(
+        "stablehlo.broadcast_in_dim",
+        &[(&key, u32_ty(None))],
+        "broadcast_dimensions = array<i64>",
+        &u32_ty(Some(n)),
+    );
+    let iota = e.op(
+        "stablehlo.iota",
+        &[],
+        "iota_dimension = 0 : i64",
+        &u32_ty(Some(n)),
+    );
+    let mut v = U32 { e, n: Some(n) };
+    let x = v.bin("stablehlo.xor", &iota, &keyv);
+    let x = v.mix(&x);
+    let x = v.bin("stablehlo.add", &x, &keyv);
+    let x = v.mix(&x);
+    let top = v.bin_k("stablehlo.shift_right_logical", &x, 8);
+    // 24-bit integer to f32 and the power-of-two scale are exact; one rounding to `dt`.
+    let f = e.op(
+        "stablehlo.convert",
+        &[(&top, u32_ty(Some(n)))],
+        "",
+        &ty(&flat, DType::F32),
+    );
+    let scale = e.constant(
+        lazyfuse_ir::Literal::Float(2f64.powi(-24)),
+        &flat,
+        DType::F32,
+    );
+    let f = e.eltwise(
+        "stablehlo.multiply",
+        &[&f, &scale],
+        &flat,
+        DType::F32,
+        DType::F32,
+    );
+    let f = e.convert(&f, &flat, DType::F32, dt);
+    e.reshape(&f, &flat, out, dt)
+}

@@ -1,0 +1,122 @@
+//! Causal self-attention and the (minGPT / GPT-2) transformer block, written
+//! with ordinary tensor ops so the whole block, forward and backward, fuses.
+
+use super::{join, Dropout, LayerNorm, Linear, Module, Param};
+use crate::{DType, Device, Error, Result, Tensor};
+use std::panic::Location;
+
+/// Multi-head self-attention where position `t` attends to positions `<= t`.
+pub struct CausalSelfAttention {
+    pub c_attn: Linear,
+    pub c_proj: Linear,
+    pub n_head: usize,
+    pub attn_drop: Dropout,
+    pub resid_drop: Dropout,
+}
+
+impl CausalSelfAttention {
+    /// `dim` must divide by `n_head`; GPT-2 initialisation (std 0.02) from `seed`.
+    #[track_caller]
+    pub fn new(dim: usize, n_head: usize, dropout: f64, seed: u64, dev: &Device) -> Result<Self> {
+        if n_head == 0 || dim % n_head != 0 {
+            return Err(Error::op(
+                "CausalSelfAttention::new",
+                format!("dim {dim} must be a positive multiple of n_head {n_head}"),
+                String::new(),
+                Location::caller(),
+            ));
+        }
+        Ok(CausalSelfAttention {
+            c_attn: Linear::normal(dim, 3 * dim, 0.02, seed, dev)?,
+            c_proj: Linear::normal(dim, dim, 0.02, seed + 1, dev)?,
+            n_head,
+            attn_drop: Dropout::new(dropout, seed + 2),
+            resid_drop: Dropout::new(dropout, seed + 3),
+        })
+    }
+}
+
+impl Module for CausalSelfAttention {
+    /// `x`: `[B, T, C]` to `[B, T, C]`.
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let (b, t, c) = (x.dims()[0], x.dims()[1], x.dims()[2]);
+        let (h, hd) = (self.n_head, c / self.n_head);
+        let qkv = self.c_attn.forward(x)?;
+        let head = |i: usize| {
+            qkv.narrow(-1, i * c, c)?
+                .reshape(&[b, t, h, hd])?
+                .permute(&[0, 2, 1, 3])
+        };
+        let (q, k, v) = (head(0)?, head(1)?, head(2)?);
+        let att = q
+            .matmul(&k.transpose(-1, -2)?)?
+            .mul_scalar(1.0 / (hd as f64).sqrt())?;
+        // Recorded as iota/compare ops: a constant of the step's graph, not an upload.
+        let pos = Tensor::arange(0.0, t as f64, DType::I64, x.device())?;
+        let future = pos.unsqueeze(0)?.gt(&pos.unsqueeze(1)?)?;
+        let att = att.masked_fill(&future, f64::NEG_INFINITY)?.softmax(-1)?;
+        let att = self.attn_drop.forward(&att)?;
+        let y = att
+            .matmul(&v)?
+            .permute(&[0, 2, 1, 3])?
+            .reshape(&[b, t, c])?;
+        self.resid_drop.forward(&self.c_proj.forward(&y)?)
+    }
+
+    fn visit_params(&self, prefix: &str, out: &mut Vec<(String, Param)>) {
+        self.c_attn.visit_params(&join(prefix, "c_attn"), out);
+        self.c_proj.visit_params(&join(prefix, "c_proj"), out);
+    }
+
+    fn set_train(&self, train: bool) {
+        self.attn_drop.set_train(train);
+        self.resid_drop.set_train(train);
+    }
+}
+
+/// Pre-norm transformer block: `x + attn(ln1(x))`, then `x + mlp(ln2(x))`
+/// with a `C -> 4C -> C` GELU (tanh) MLP.
+pub struct Block {
+    pub ln_1: LayerNorm,
+    pub attn: CausalSelfAttention,
+    pub ln_2: LayerNorm,
+    pub c_fc: Linear,
+    pub c_proj: Linear,
+    pub drop: Dropout,
+}
+
+impl Block {
+    /// A block of width `dim` with `n_head` heads, initialised from `seed`.
+    #[track_caller]
+    pub fn new(dim: usize, n_head: usize, dropout: f64, seed: u64, dev: &Device) -> Result<Block> {
+        Ok(Block {
+            ln_1: LayerNorm::new(dim, dev)?,
+            attn: CausalSelfAttention::new(dim, n_head, dropout, seed, dev)?,
+            ln_2: LayerNorm::new(dim, dev)?,
+            c_fc: Linear::normal(dim, 4 * dim, 0.02, seed + 10, dev)?,
+            c_proj: Linear::normal(4 * dim, dim, 0.02, seed + 11, dev)?,
+            drop: Dropout::new(dropout, seed + 12),
+        })
+    }
+}
+
+impl Module for Block {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let x = x.add(&self.attn.forward(&self.ln_1.forward(x)?)?)?;
+        let m = self.c_fc.forward(&self.ln_2.forward(&x)?)?.gelu()?;
+        x.add(&self.drop.forward(&self.c_proj.forward(&m)?)?)
+    }
+
+    fn visit_params(&self, prefix: &str, out: &mut Vec<(String, Param)>) {
+        self.ln_1.visit_params(&join(prefix, "ln_1"), out);
+        self.attn.visit_params(&join(prefix, "attn"), out);
+        self.ln_2.visit_params(&join(prefix, "ln_2"), out);
+        self.c_fc.visit_params(&join(prefix, "mlp.c_fc"), out);
+        self.c_proj.visit_params(&join(prefix, "mlp.c_proj"), out);
+    }
+
+    fn set_train(&self, train: bool) {
+        self.attn.set_train(train);
+        self.drop.set_train(train);
+    }
+}

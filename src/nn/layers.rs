@@ -1,0 +1,184 @@
+//! The basic layers: `Linear`, `Embedding`, `LayerNorm`, `Dropout`.
+//! Initialisation follows PyTorch's defaults, drawn from explicit seeds.
+
+use super::{join, Module, Param};
+use crate::{DType, Device, Error, Result, Tensor};
+use std::panic::Location;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// `x @ weight + bias`, weight stored `[in, out]` so no transpose is needed.
+pub struct Linear {
+    pub weight: Param,
+    pub bias: Option<Param>,
+}
+
+impl Linear {
+    /// Weights and bias uniform in `±1/sqrt(in)` (PyTorch's default), from `seed`.
+    pub fn new(d_in: usize, d_out: usize, bias: bool, seed: u64, dev: &Device) -> Result<Linear> {
+        let b = 1.0 / (d_in as f64).sqrt();
+        let u = |dims: &[usize], s: u64| {
+            Tensor::rand(dims, s, dev)?
+                .mul_scalar(2.0 * b)?
+                .sub_scalar(b)
+        };
+        Ok(Linear {
+            weight: Param::new(u(&[d_in, d_out], seed)?)?,
+            bias: if bias {
+                Some(Param::new(u(&[d_out], seed ^ 0xb1a5)?)?)
+            } else {
+                None
+            },
+        })
+    }
+
+    /// A layer with weights from `N(0, std^2)` and zero bias (GPT-2's init).
+    pub fn normal(d_in: usize, d_out: usize, std: f64, seed: u64, dev: &Device) -> Result<Linear> {
+        Ok(Linear {
+            weight: Param::new(Tensor::randn(&[d_in, d_out], seed, dev)?.mul_scalar(std)?)?,
+            bias: Some(Param::new(Tensor::zeros(&[d_out], DType::F32, dev)?)?),
+        })
+    }
+}
+
+impl Module for Linear {
+    #[track_caller]
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let y = x.matmul(&self.weight.tensor())?;
+        match &self.bias {
+            Some(b) => y.add(&b.tensor()),
+            None => Ok(y),
+        }
+    }
+
+    fn visit_params(&self, prefix: &str, out: &mut Vec<(String, Param)>) {
+        out.push((join(prefix, "weight"), self.weight.clone()));
+        if let Some(b) = &self.bias {
+            out.push((join(prefix, "bias"), b.clone()));
+        }
+    }
+}
+
+/// A lookup table: integer ids `[...]` to rows `[..., dim]` of `weight`.
+pub struct Embedding {
+    pub weight: Param,
+}
+
+impl Embedding {
+    /// `N(0, std^2)` rows from `seed` (PyTorch uses std 1, GPT-2 0.02).
+    pub fn new(vocab: usize, dim: usize, std: f64, seed: u64, dev: &Device) -> Result<Embedding> {
+        let w = Tensor::randn(&[vocab, dim], seed, dev)?.mul_scalar(std)?;
+        Ok(Embedding {
+            weight: Param::new(w)?,
+        })
+    }
+
+    /// Looks up ids given on the host, checking each is in `0..vocab`.
+    #[track_caller]
+    pub fn forward_ids(&self, ids: &[i64], dims: &[usize]) -> Result<Tensor> {
+        let w = self.weight.tensor();
+        let vocab = w.dims()[0] as i64;
+        if let Some((i, &id)) = ids
+            .iter()
+            .enumerate()
+            .find(|(_, &id)| !(0..vocab).contains(&id))
+        {
+            return Err(Error::op(
+                "embedding",
+                format!("id {i} is {id}, outside 0..{vocab}"),
+                w.describe(),
+                Location::caller(),
+            ));
+        }
+        self.forward(&Tensor::from_slice(ids, dims, w.device())?)
+    }
+}
+
+impl Module for Embedding {
+    /// Ids out of range clamp to the first or last row (checked ids: [`Embedding::forward_ids`]).
+    #[track_caller]
+    fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        let w = self.weight.tensor();
+        let rows = w.index_select(0, &ids.reshape(&[ids.numel()])?)?;
+        let mut dims = ids.dims().to_vec();
+        dims.push(w.dims()[1]);
+        rows.reshape(&dims)
+    }
+
+    fn visit_params(&self, prefix: &str, out: &mut Vec<(String, Param)>) {
+        out.push((join(prefix, "weight"), self.weight.clone()));
+    }
+}
+
+/// Layer normalisation over the last dim with a learned scale and shift.
+pub struct LayerNorm {
+    pub weight: Param,
+    pub bias: Param,
+    pub eps: f64,
+}
+
+impl LayerNorm {
+    /// Scale 1, shift 0, `eps = 1e-5`.
+    pub fn new(dim: usize, dev: &Device) -> Result<LayerNorm> {
+        Ok(LayerNorm {
+            weight: Param::new(Tensor::ones(&[dim], DType::F32, dev)?)?,
+            bias: Param::new(Tensor::zeros(&[dim], DType::F32, dev)?)?,
+            eps: 1e-5,
+        })
+    }
+}
+
+impl Module for LayerNorm {
+    #[track_caller]
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.layer_norm(
+            Some(&self.weight.tensor()),
+            Some(&self.bias.tensor()),
+            self.eps,
+        )
+    }
+
+    fn visit_params(&self, prefix: &str, out: &mut Vec<(String, Param)>) {
+        out.push((join(prefix, "weight"), self.weight.clone()));
+        out.push((join(prefix, "bias"), self.bias.clone()));
+    }
+}
+
+/// Dropout with a deterministic seed stream: call `n` of a module built with
+/// seed `s` uses seed `s + n`, so runs are reproducible and fused and unfused
+/// runs drop the same elements. Starts in training mode.
+pub struct Dropout {
+    pub p: f64,
+    seed: u64,
+    calls: AtomicU64,
+    train: AtomicBool,
+}
+
+impl Dropout {
+    /// Drops with probability `p`.
+    pub fn new(p: f64, seed: u64) -> Dropout {
+        Dropout {
+            p,
+            seed,
+            calls: AtomicU64::new(0),
+            train: AtomicBool::new(true),
+        }
+    }
+}
+
+impl Module for Dropout {
+    #[track_caller]
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if !self.train.load(Ordering::Relaxed) || self.p == 0.0 {
+            return Ok(x.clone());
+        }
+        let n = self.calls.fetch_add(1, Ordering::Relaxed);
+        let seed = Tensor::seed(self.seed.wrapping_add(n) as i64, x.device())?;
+        x.dropout(self.p, &seed, true)
+    }
+
+    fn visit_params(&self, _prefix: &str, _out: &mut Vec<(String, Param)>) {}
+
+    fn set_train(&self, train: bool) {
+        self.train.store(train, Ordering::Relaxed);
+    }
+}

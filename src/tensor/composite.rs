@@ -1,0 +1,237 @@
+//! Training ops composed from primitives: softmax and friends, cross-entropy,
+//! gather, layer norm, dropout, masked fill, clamp and exact GELU.
+//!
+//! Composites need no lowering or gradient rule of their own: they record
+//! primitive ops, which fuse with their neighbours and which autograd already
+//! differentiates. Each is `#[track_caller]`, so errors and recorded origins
+//! name the user's line, and validates its own arguments up front.
+
+use super::Tensor;
+use crate::autograd::no_grad;
+use crate::{Error, Result};
+use lazyfuse_ir::DType;
+use std::panic::Location;
+
+#[track_caller]
+fn op_err(op: &'static str, detail: impl std::fmt::Display, operands: String) -> Error {
+    Error::op(op, detail, operands, Location::caller())
+}
+
+impl Tensor {
+    /// The maximum along `axis` (kept), recorded untracked: the composites
+    /// below subtract it only for range, and are shift-invariant in it.
+    /// Non-finite maxima become 0 so all-`-inf` rows do not turn into NaN.
+    #[track_caller]
+    fn stable_shift(&self, axis: isize) -> Result<Tensor> {
+        no_grad(|| {
+            let m = self.max(&[axis], true)?;
+            let finite = m.abs()?.lt_scalar(f64::INFINITY)?;
+            let zero = Tensor::zeros(&[], self.dtype(), self.device())?;
+            finite.where_cond(&m, &zero)
+        })
+    }
+
+    /// `exp(x) / sum(exp(x))` along `axis`, computed stably.
+    #[track_caller]
+    pub fn softmax(&self, axis: isize) -> Result<Tensor> {
+        let e = self.sub(&self.stable_shift(axis)?)?.exp()?;
+        e.div(&e.sum(&[axis], true)?)
+    }
+
+    /// `log(softmax(x))` along `axis`, computed stably.
+    #[track_caller]
+    pub fn log_softmax(&self, axis: isize) -> Result<Tensor> {
+        let s = self.sub(&self.stable_shift(axis)?)?;
+        s.sub(&s.exp()?.sum(&[axis], true)?.log()?)
+    }
+
+    /// `log(sum(exp(x)))` along `axis`, computed stably.
+    #[track_caller]
+    pub fn logsumexp(&self, axis: isize, keepdim: bool) -> Result<Tensor> {
+        let m = self.stable_shift(axis)?;
+        let r = self.sub(&m)?.exp()?.sum(&[axis], true)?.log()?.add(&m)?;
+        if keepdim {
+            Ok(r)
+        } else {
+            r.squeeze(axis)
+        }
+    }
+
+    /// Mean cross-entropy of `self` (logits `[..., C]`) against integer class
+    /// indices `targets` (`[...]`). Targets equal to `ignore_index` count
+    /// neither in the sum nor in the mean (all ignored gives NaN, as in
+    /// PyTorch). Indices outside `0..C` cannot be checked on the device and
+    /// select no class (their term is 0); use [`Tensor::cross_entropy_ids`]
+    /// for targets known on the host, which are range-checked.
+    #[track_caller]
+    pub fn cross_entropy(&self, targets: &Tensor, ignore_index: Option<i64>) -> Result<Tensor> {
+        let describe = || format!("{}, {}", self.describe(), targets.describe());
+        if !self.dtype().is_float() {
+            return Err(op_err(
+                "cross_entropy",
+                "logits must be a float tensor",
+                describe(),
+            ));
+        }
+        if !targets.dtype().is_int() {
+            return Err(op_err(
+                "cross_entropy",
+                format!(
+                    "targets must be integer class indices, got {}",
+                    targets.dtype()
+                ),
+                describe(),
+            ));
+        }
+        let r = self.rank();
+        if r == 0 || targets.dims() != &self.dims()[..r - 1] {
+            return Err(op_err(
+                "cross_entropy",
+                "targets must have the logits' shape without the last (class) dim",
+                describe(),
+            ));
+        }
+        let c = self.dims()[r - 1];
+        let logp = self.log_softmax(-1)?;
+        let classes = Tensor::arange(0.0, c as f64, targets.dtype(), self.device())?;
+        let onehot = targets.unsqueeze(-1)?.eq(&classes)?;
+        let zero = Tensor::zeros(&[], self.dtype(), self.device())?;
+        let picked = onehot.where_cond(&logp, &zero)?.sum(&[-1], false)?;
+        match ignore_index {
+            None => picked.mean_all()?.neg(),
+            Some(ig) => {
+                let valid = targets.ne_scalar(ig as f64)?.to_dtype(self.dtype())?;
+                picked.mul(&valid)?.sum_all()?.div(&valid.sum_all()?)?.neg()
+            }
+        }
+    }
+
+    /// [`Tensor::cross_entropy`] with targets given on the host: every target
+    /// must be in `0..C` or equal `ignore_index`, else an `Err` naming it.
+    #[track_caller]
+    pub fn cross_entropy_ids(&self, targets: &[i64], ignore_index: Option<i64>) -> Result<Tensor> {
+        let c = self.dims().last().copied().unwrap_or(0) as i64;
+        if let Some((i, &t)) = targets
+            .iter()
+            .enumerate()
+            .find(|(_, &t)| !(0..c).contains(&t) && Some(t) != ignore_index)
+        {
+            return Err(op_err(
+                "cross_entropy",
+                format!("target {i} is class {t}, outside 0..{c}"),
+                self.describe(),
+            ));
+        }
+        let r = self.rank().max(1);
+        let t = Tensor::from_slice(targets, &self.dims()[..r - 1], self.device())?;
+        self.cross_entropy(&t, ignore_index)
+    }
+
+    /// `out[..., j, ...] = self[..., idx[..., j, ...], ...]` along `axis`
+    /// (`torch.gather`); `idx` is integer with `self`'s shape except along
+    /// `axis`. Indices clamp into range, like [`Tensor::index_select`].
+    #[track_caller]
+    pub fn gather(&self, axis: isize, idx: &Tensor) -> Result<Tensor> {
+        let a = self.axis("gather", axis, self.rank(), Location::caller())?;
+        let same_rest = idx.rank() == self.rank()
+            && (0..self.rank()).all(|d| d == a || idx.dims()[d] == self.dims()[d]);
+        if !idx.dtype().is_int() || !same_rest {
+            return Err(op_err(
+                "gather",
+                format!("indices must be integer with the source's shape except along axis {a}"),
+                format!("{}, {}", self.describe(), idx.describe()),
+            ));
+        }
+        let n = self.dims()[a];
+        let idx = idx
+            .maximum_scalar(0.0)?
+            .minimum_scalar(n.saturating_sub(1) as f64)?;
+        let mut cls = vec![1; self.rank() + 1];
+        cls[a + 1] = n;
+        let classes = Tensor::arange(0.0, n as f64, idx.dtype(), self.device())?.reshape(&cls)?;
+        let onehot = idx.unsqueeze(a as isize + 1)?.eq(&classes)?;
+        let zero = Tensor::zeros(&[], self.dtype(), self.device())?;
+        onehot
+            .where_cond(&self.unsqueeze(a as isize)?, &zero)?
+            .sum(&[a as isize + 1], false)
+    }
+
+    /// `value` where the bool `mask` (broadcast) holds, `self` elsewhere.
+    #[track_caller]
+    pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Result<Tensor> {
+        let v = Tensor::full(value, &[], self.dtype(), self.device())?;
+        mask.where_cond(&v, self)
+    }
+
+    /// Clamps into `[lo, hi]` (NaN stays NaN).
+    #[track_caller]
+    pub fn clamp(&self, lo: f64, hi: f64) -> Result<Tensor> {
+        if lo > hi {
+            return Err(op_err(
+                "clamp",
+                format!("lo {lo} > hi {hi}"),
+                self.describe(),
+            ));
+        }
+        self.maximum_scalar(lo)?.minimum_scalar(hi)
+    }
+
+    /// Exact GELU, `0.5 x (1 + erf(x / sqrt(2)))` (see [`Tensor::gelu`] for
+    /// the tanh approximation).
+    #[track_caller]
+    pub fn gelu_exact(&self) -> Result<Tensor> {
+        let e = self.mul_scalar(std::f64::consts::FRAC_1_SQRT_2)?.erf()?;
+        self.mul(&e.add_scalar(1.0)?)?.mul_scalar(0.5)
+    }
+
+    /// Layer normalisation over the last dim: `(x - mean) / sqrt(var + eps)`
+    /// (biased variance), then `* weight + bias` when given (shape `[C]`).
+    #[track_caller]
+    pub fn layer_norm(
+        &self,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+    ) -> Result<Tensor> {
+        let mu = self.mean(&[-1], true)?;
+        let xc = self.sub(&mu)?;
+        let var = xc.mul(&xc)?.mean(&[-1], true)?;
+        let mut y = xc.mul(&var.add_scalar(eps)?.rsqrt()?)?;
+        if let Some(w) = weight {
+            y = y.mul(w)?;
+        }
+        if let Some(b) = bias {
+            y = y.add(b)?;
+        }
+        Ok(y)
+    }
+
+    /// Inverted dropout: zeroes each element with probability `p` and scales
+    /// the rest by `1/(1-p)`; identity unless `train`. The mask comes from
+    /// [`Tensor::rand_uniform`] with `seed`, so fused and unfused runs drop
+    /// the same elements.
+    #[track_caller]
+    pub fn dropout(&self, p: f64, seed: &Tensor, train: bool) -> Result<Tensor> {
+        if !(0.0..=1.0).contains(&p) {
+            return Err(op_err(
+                "dropout",
+                format!("p = {p} is not in [0, 1]"),
+                self.describe(),
+            ));
+        }
+        if !train || p == 0.0 {
+            return Ok(self.clone());
+        }
+        if p == 1.0 {
+            return self.mul_scalar(0.0);
+        }
+        let dt = if self.dtype().is_float() {
+            self.dtype()
+        } else {
+            DType::F32
+        };
+        let keep = Tensor::rand_uniform(seed, self.dims(), dt)?.ge_scalar(p)?;
+        let zero = Tensor::zeros(&[], self.dtype(), self.device())?;
+        keep.where_cond(&self.mul_scalar(1.0 / (1.0 - p))?, &zero)
+    }
+}
