@@ -24,6 +24,10 @@ pub fn all() -> Vec<Workload> {
             build: layernorm_gelu,
         },
         Workload {
+            name: "mlp_train_step",
+            build: mlp_train_step,
+        },
+        Workload {
             name: "adam_200_small",
             build: adam_200_small,
         },
@@ -70,6 +74,50 @@ fn layernorm_gelu(dev: &Device) -> Result<Step> {
     Ok(Box::new(move || {
         let h = layer_norm(&x, &g, &b)?;
         gelu(&h)?.add(&x)?.realize()?;
+        Ok(())
+    }))
+}
+
+fn mlp_train_step(dev: &Device) -> Result<Step> {
+    use lazyfuse::nn::{Linear, Module};
+    use lazyfuse::optim::{params_of, Optimizer, Sgd};
+    let dims = [784usize, 1024, 1024, 10];
+    let layers: Vec<Linear> = (0..3)
+        .map(|i| {
+            Linear::normal(
+                dims[i],
+                dims[i + 1],
+                1.0 / (dims[i] as f64).sqrt(),
+                40 + i as u64,
+                dev,
+            )
+        })
+        .collect::<Result<_>>()?;
+    let mut named = Vec::new();
+    for (i, l) in layers.iter().enumerate() {
+        named.extend(
+            l.parameters()
+                .into_iter()
+                .map(|(n, p)| (format!("{i}.{n}"), p)),
+        );
+    }
+    let mut opt = Sgd::new(params_of(&named), 0.01, 0.0, 0.0)?;
+    let x = materialized(Tensor::randn(&[256, 784], 50, dev)?)?;
+    let labels: Vec<i64> = (0..256).map(|i| (i * 7 % 10) as i64).collect();
+    let y = Tensor::from_slice(&labels, &[256], dev)?;
+    Ok(Box::new(move || {
+        let mut h = x.clone();
+        for (i, l) in layers.iter().enumerate() {
+            h = l.forward(&h)?;
+            if i < 2 {
+                h = h.relu()?;
+            }
+        }
+        let loss = h.cross_entropy(&y, None)?;
+        opt.zero_grad();
+        loss.backward()?;
+        opt.step()?;
+        loss.realize()?;
         Ok(())
     }))
 }
