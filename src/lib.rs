@@ -21,8 +21,10 @@ mod context;
 mod device;
 mod dump;
 mod error;
+pub mod explain;
 mod lower;
 pub mod metrics;
+mod persist;
 pub mod pjrt;
 pub mod plugin;
 mod runtime;
@@ -30,7 +32,9 @@ mod tensor;
 #[doc(hidden)]
 pub mod testing;
 
-pub use config::{fusion_enabled, max_pending_ops, set_fusion, set_max_pending_ops, FusionGuard};
+pub use config::{
+    fusion_enabled, launch_blocking, max_pending_ops, set_fusion, set_max_pending_ops, FusionGuard,
+};
 pub use context::pending_ops;
 pub use device::Device;
 pub use error::{Error, Result};
