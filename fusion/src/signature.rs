@@ -16,7 +16,7 @@
 //! Pure graph logic: nothing here knows about XLA or caches.
 
 use crate::Region;
-use lazyfuse_ir::{stable_hasher, DType, Graph, NodeId, Shape};
+use lazyfuse_ir::{stable_hasher, DType, Graph, NodeId, Op, Shape};
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::hash::{Hash, Hasher};
@@ -71,6 +71,9 @@ pub struct NodeDescription {
     pub op: &'static str,
     /// The op with its attributes (`Debug` form), e.g. `Reduce { op: Sum, axes: [1], keepdim: false }`.
     pub attributes: String,
+    /// The attributes with any shape they carry erased (a constant's or
+    /// reshape's target shape): equal to the old one when only a shape changed.
+    pub shape_free_attributes: String,
     /// Result shape.
     pub shape: Shape,
     /// Result dtype.
@@ -115,6 +118,7 @@ pub fn describe(graph: &Graph, region: &Region) -> (Signature, Description) {
         nodes.push(NodeDescription {
             op: n.op.name(),
             attributes: format!("{:?}", n.op),
+            shape_free_attributes: format!("{:?}", erase_shape(&n.op)),
             shape: n.shape.clone(),
             dtype: n.dtype,
             origin: n.origin,
@@ -181,7 +185,15 @@ impl Description {
                 n1.origin.file(),
                 n1.origin.line()
             );
-            if n1.attributes != n0.attributes {
+            if n1.attributes != n0.attributes
+                && n1.shape_free_attributes == n0.shape_free_attributes
+            {
+                add(
+                    &mut out,
+                    Cause::Shape,
+                    format!("{at} shape {} -> {}", n0.shape, n1.shape),
+                );
+            } else if n1.attributes != n0.attributes {
                 add(
                     &mut out,
                     Cause::Attribute,
@@ -213,6 +225,28 @@ impl Description {
         }
         out.sort_by_key(|d| d.cause);
         out
+    }
+}
+
+/// `op` without the shape it carries as an attribute, if any.
+fn erase_shape(op: &Op) -> Op {
+    match op.clone() {
+        Op::Constant { value, dtype, .. } => Op::Constant {
+            value,
+            shape: Shape::scalar(),
+            dtype,
+        },
+        Op::Arange {
+            start, step, dtype, ..
+        } => Op::Arange {
+            start,
+            step,
+            len: 0,
+            dtype,
+        },
+        Op::Reshape(_) => Op::Reshape(Shape::scalar()),
+        Op::BroadcastTo(_) => Op::BroadcastTo(Shape::scalar()),
+        other => other,
     }
 }
 
@@ -248,7 +282,7 @@ pub fn summarize(diffs: &[Difference], max: usize) -> String {
 mod tests {
     use super::*;
     use crate::{plan, PlanOptions};
-    use lazyfuse_ir::{Op, ReduceOp, UnaryOp};
+    use lazyfuse_ir::{ReduceOp, UnaryOp};
 
     fn region_for(dims: &[usize], dtype: DType, axis: usize) -> (Signature, Description) {
         let mut g = Graph::new();
@@ -292,6 +326,35 @@ mod tests {
         assert_eq!(diffs[0].text, "input 0 shape [3, 29] -> [3, 31]");
         assert_eq!(diffs.len(), 1, "{diffs:?}");
         assert!(d1.diff(&d1).is_empty());
+    }
+
+    #[test]
+    fn a_constant_of_another_shape_is_a_shape_change() {
+        let region_with_zeros = |n: usize| {
+            let mut g = Graph::new();
+            let c = g
+                .push(
+                    Op::Constant {
+                        value: lazyfuse_ir::Literal::Float(0.0),
+                        shape: Shape::new(&[n]),
+                        dtype: DType::F32,
+                    },
+                    &[],
+                    Location::caller(),
+                )
+                .unwrap();
+            let e = g
+                .push(Op::Unary(UnaryOp::Exp), &[c], Location::caller())
+                .unwrap();
+            let p = plan(&g, &[e], &PlanOptions::default());
+            describe(&g, &p.regions[0])
+        };
+        let (s0, d0) = region_with_zeros(64);
+        let (s1, d1) = region_with_zeros(768);
+        assert_eq!(s0, s1);
+        let diffs = d1.diff(&d0);
+        assert_eq!(primary_cause(&diffs), Cause::Shape, "{diffs:?}");
+        assert!(diffs[0].text.ends_with("shape [64] -> [768]"), "{diffs:?}");
     }
 
     #[test]
