@@ -94,6 +94,8 @@ pub(crate) fn record(
     dtype: lazyfuse_ir::DType,
     origin: &'static Location<'static>,
 ) -> Result<Tensor> {
+    let t_record = metrics::record_start();
+    let _span = tracing::trace_span!("record", op = op.name()).entered();
     let ctx = thread_ctx(device);
     let fuse = crate::config::fusion_enabled();
     let eager_flush = !fuse && !matches!(op, Op::Constant { .. });
@@ -139,6 +141,7 @@ pub(crate) fn record(
         let cap = g.graph.len() >= crate::config::max_pending_ops();
         drop(g);
         metrics::add(&C.ops_recorded, 1);
+        metrics::record_end(t_record);
         if eager_flush {
             ctx.flush(FlushReason::Eager);
         } else if cap {

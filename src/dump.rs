@@ -1,8 +1,31 @@
-//! `TPU_DUMP_DIR=dir`: write each compiled region's StableHLO for inspection.
+//! `TPU_DUMP_DIR=dir`: write each compiled region's StableHLO, and a flush
+//! log mapping every region of every flush to the user lines that recorded
+//! its ops, for inspection.
+//!
+//! Layout: `region-<key>.mlir` per region (written when the region is first
+//! needed by this process, so also for regions loaded from the persistent
+//! cache), and `flush-log.txt`, appended at each flush:
+//!
+//! ```text
+//! flush 3: 12 nodes, 2 regions
+//!   region 0 key 5f0c... (2 params, 4 nodes, 1 outputs) file region-5f0c....mlir
+//!     exp @ src/main.rs:12
+//!     sum @ src/main.rs:13
+//! ```
+//!
+//! Dumping is best effort: a write failure is logged, never an error of the
+//! computation.
 
-use lazyfuse_fusion::RegionKey;
+use lazyfuse_fusion::{Plan, RegionKey};
+use lazyfuse_ir::{Graph, Op};
+use parking_lot::Mutex;
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::OnceLock;
+
+/// Name of the flush log inside the dump directory.
+pub const FLUSH_LOG: &str = "flush-log.txt";
 
 fn dir() -> Option<&'static PathBuf> {
     static D: OnceLock<Option<PathBuf>> = OnceLock::new();
@@ -14,13 +37,59 @@ fn dir() -> Option<&'static PathBuf> {
     .as_ref()
 }
 
-/// Writes `text` as `<dir>/region-<key>.mlir` when dumping is on. Best effort:
-/// a dump failure is logged, never an error of the computation.
+/// Writes `text` as `<dir>/region-<key>.mlir` when dumping is on.
 pub(crate) fn region_text(key: RegionKey, text: &str) {
     if let Some(d) = dir() {
         let p = d.join(format!("region-{key}.mlir"));
         if let Err(e) = std::fs::write(&p, text) {
             tracing::warn!("cannot write {}: {e}", p.display());
         }
+    }
+}
+
+/// Appends one flush's plan to `<dir>/flush-log.txt` when dumping is on:
+/// each region's key, its StableHLO file and the ops with their recording
+/// lines (constants omitted).
+pub(crate) fn flush_log(graph: &Graph, plan: &Plan) {
+    let Some(d) = dir() else { return };
+    static SEQ: Mutex<u64> = Mutex::new(0);
+    let mut seq = SEQ.lock();
+    *seq += 1;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "flush {}: {} nodes, {} regions",
+        *seq,
+        graph.len(),
+        plan.regions.len()
+    );
+    for (i, r) in plan.regions.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "  region {i} key {} ({} params, {} nodes, {} outputs) file region-{}.mlir",
+            r.key,
+            r.params.len(),
+            r.nodes.len(),
+            r.outputs.len(),
+            r.key
+        );
+        for &n in &r.nodes {
+            let node = graph.node(n);
+            if matches!(node.op, Op::Constant { .. }) {
+                continue;
+            }
+            let o = node.origin;
+            let _ = writeln!(s, "    {} @ {}:{}", node.op.name(), o.file(), o.line());
+        }
+    }
+    let p = d.join(FLUSH_LOG);
+    // One write per flush under the lock: entries never interleave.
+    let r = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&p)
+        .and_then(|mut f| f.write_all(s.as_bytes()));
+    if let Err(e) = r {
+        tracing::warn!("cannot write {}: {e}", p.display());
     }
 }

@@ -209,10 +209,12 @@ fn execute_graph(
         .filter(|(_, b)| Arc::strong_count(b) == 1)
         .map(|(n, _)| *n)
         .collect();
-    let plan = {
-        let _span = tracing::debug_span!("plan", nodes = graph.len()).entered();
-        plan_with_donation(graph, &live_ids, &dying, &opts)
-    };
+    let t_plan = std::time::Instant::now();
+    let plan = tracing::debug_span!("plan", nodes = graph.len())
+        .in_scope(|| plan_with_donation(graph, &live_ids, &dying, &opts));
+    metrics::observe_since(metrics::Phase::Plan, t_plan);
+    metrics::observe(metrics::Phase::RegionsPerFlush, plan.regions.len() as u64);
+    crate::dump::flush_log(graph, &plan);
     let mut values: Vec<Option<Arc<DeviceBuffer>>> = vec![None; graph.len()];
     let mut failed: Vec<Option<Error>> = vec![None; graph.len()];
     for (n, b) in leaf_bufs {
@@ -286,6 +288,8 @@ fn run_region(
     failed: &[Option<Error>],
 ) -> Result<(Vec<Arc<DeviceBuffer>>, Option<crate::pjrt::Completion>)> {
     let rt = &device.rt;
+    let _span =
+        tracing::debug_span!("region", key = %region.key, nodes = region.nodes.len()).entered();
     let mut lifted: SmallVec<[Arc<DeviceBuffer>; 4]> = SmallVec::new();
     for p in &region.params {
         if values[p.index()].is_none() && failed[p.index()].is_none() {
@@ -315,8 +319,13 @@ fn run_region(
     let describe =
         |stage: &'static str, message: String| region_error(graph, region, stage, message);
     let exe = rt
-        .executable(region.key, || crate::lower::lower_region(graph, region))
+        .executable(
+            region.key,
+            || crate::lower::lower_region(graph, region),
+            || crate::explain::on_compile(graph, region),
+        )
         .map_err(|m| describe("compile", m))?;
+    crate::testing::execution_fault(graph, region).map_err(|m| describe("execution", m))?;
     let outs: Vec<_> = region
         .outputs
         .iter()

@@ -23,10 +23,12 @@ mod device;
 mod dump;
 mod error;
 mod executor;
+pub mod explain;
 mod lower;
 pub mod metrics;
 pub mod nn;
 pub mod optim;
+mod persist;
 pub mod pjrt;
 pub mod plugin;
 mod runtime;
@@ -35,7 +37,9 @@ mod tensor;
 pub mod testing;
 
 pub use autograd::{is_grad_enabled, no_grad, NoGradGuard};
-pub use config::{fusion_enabled, max_pending_ops, set_fusion, set_max_pending_ops, FusionGuard};
+pub use config::{
+    fusion_enabled, launch_blocking, max_pending_ops, set_fusion, set_max_pending_ops, FusionGuard,
+};
 pub use context::pending_ops;
 pub use device::Device;
 pub use error::{Error, Result};

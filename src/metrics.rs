@@ -1,5 +1,9 @@
 //! Process-wide counters: what was recorded, flushed, compiled, run and moved.
 //! Cheap relaxed atomics, so counting never slows the hot path measurably.
+//!
+//! Timings go into fixed log2-bucket histograms (one per phase), reported as
+//! count, total and p50/p90/p99 estimates. Recording is the one hot phase: it
+//! is timed only when `TPU_METRICS` is set or [`set_timing`] switched it on.
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -60,6 +64,9 @@ macro_rules! counters {
             $($(#[$doc])* pub $name: u64,)*
             /// Flushes by reason, in [`FlushReason::ALL`] order.
             pub flushes_by_reason: [u64; 7],
+            /// Recompiles (a known op structure compiled again with other
+            /// types or attributes) by cause, in [`crate::fusion::Cause::ALL`] order.
+            pub recompiles_by_cause: [u64; 4],
         }
 
         /// Reads every counter.
@@ -67,6 +74,7 @@ macro_rules! counters {
             Snapshot {
                 $($name: C.$name.load(Relaxed),)*
                 flushes_by_reason: std::array::from_fn(|i| C.flushes[i].load(Relaxed)),
+                recompiles_by_cause: crate::explain::counts(),
             }
         }
 
@@ -76,6 +84,10 @@ macro_rules! counters {
                 v.push(("flushes".to_string(), self.flushes()));
                 for r in FlushReason::ALL {
                     v.push((format!("flushes_{}", r.name()), self.flushes_for(r)));
+                }
+                v.push(("recompiles".to_string(), self.recompiles()));
+                for c in crate::fusion::Cause::ALL {
+                    v.push((format!("recompiles_{}", c.name()), self.recompiles_by_cause[c as usize]));
                 }
                 v
             }
@@ -112,6 +124,18 @@ counters!(
     region_failures,
     /// Input buffers donated to XLA (reused for an output in place).
     buffers_donated,
+    /// Executables loaded from the persistent cache (`TPU_CACHE_DIR`) instead of compiled.
+    disk_cache_hits,
+    /// Persistent-cache lookups that found no entry.
+    disk_cache_misses,
+    /// Entries written to the persistent cache.
+    disk_cache_stores,
+    /// Entries found damaged or foreign (truncated, garbled, other version), removed and recompiled.
+    disk_cache_rejected,
+    /// Entries evicted to keep the cache directory within `TPU_CACHE_MAX_BYTES`.
+    disk_cache_evictions,
+    /// Time spent loading executables from the persistent cache, in nanoseconds.
+    disk_cache_load_ns,
 );
 
 impl Snapshot {
@@ -123,6 +147,197 @@ impl Snapshot {
     /// Flushes for one reason.
     pub fn flushes_for(&self, r: FlushReason) -> u64 {
         self.flushes_by_reason[r as usize]
+    }
+
+    /// Total recompiles over all causes.
+    pub fn recompiles(&self) -> u64 {
+        self.recompiles_by_cause.iter().sum()
+    }
+
+    /// Executables served without compiling (memory or persistent cache)
+    /// over all executables requested; 0 before the first request.
+    pub fn cache_hit_rate(&self) -> f64 {
+        let hits = self.cache_hits + self.disk_cache_hits;
+        let all = hits + self.compiles;
+        if all == 0 {
+            0.0
+        } else {
+            hits as f64 / all as f64
+        }
+    }
+}
+
+/// A phase whose durations (or sizes) are kept as a histogram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// Recording one op (only timed with `TPU_METRICS` or [`set_timing`]).
+    Record,
+    /// Planning one flush.
+    Plan,
+    /// One XLA compile.
+    Compile,
+    /// Loading one executable from the persistent cache.
+    DiskCacheLoad,
+    /// Enqueueing one region (including the wait with `TPU_LAUNCH_BLOCKING=1`).
+    Launch,
+    /// Awaiting one launched region.
+    Await,
+    /// One host-to-device transfer.
+    HostToDevice,
+    /// One device-to-host transfer.
+    DeviceToHost,
+    /// Regions per flush (a count, not a time).
+    RegionsPerFlush,
+}
+
+impl Phase {
+    /// Every phase, in report order.
+    pub const ALL: [Phase; 9] = [
+        Phase::Record,
+        Phase::Plan,
+        Phase::Compile,
+        Phase::DiskCacheLoad,
+        Phase::Launch,
+        Phase::Await,
+        Phase::HostToDevice,
+        Phase::DeviceToHost,
+        Phase::RegionsPerFlush,
+    ];
+
+    /// Name used in the report (`<name>_p50` ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Record => "record_ns",
+            Phase::Plan => "plan_ns",
+            Phase::Compile => "compile_time_ns",
+            Phase::DiskCacheLoad => "disk_cache_load_time_ns",
+            Phase::Launch => "launch_ns",
+            Phase::Await => "await_ns",
+            Phase::HostToDevice => "h2d_ns",
+            Phase::DeviceToHost => "d2h_ns",
+            Phase::RegionsPerFlush => "regions_per_flush",
+        }
+    }
+}
+
+/// A log2-bucket histogram: bucket `i` counts values in `[2^i, 2^(i+1))`
+/// (bucket 0 also holds 0). Lock-free; quantiles are bucket estimates
+/// (within a factor of 1.5).
+struct Histogram {
+    buckets: [AtomicU64; 64],
+    count: AtomicU64,
+    sum: AtomicU64,
+}
+
+impl Histogram {
+    const fn new() -> Self {
+        Histogram {
+            buckets: [const { AtomicU64::new(0) }; 64],
+            count: AtomicU64::new(0),
+            sum: AtomicU64::new(0),
+        }
+    }
+
+    fn observe(&self, v: u64) {
+        let i = 63 - (v | 1).leading_zeros() as usize;
+        self.buckets[i].fetch_add(1, Relaxed);
+        self.count.fetch_add(1, Relaxed);
+        self.sum.fetch_add(v, Relaxed);
+    }
+
+    /// The `q` quantile (0..=1): the midpoint of the bucket holding it.
+    fn quantile(&self, q: f64) -> u64 {
+        let counts: Vec<u64> = self.buckets.iter().map(|b| b.load(Relaxed)).collect();
+        let total: u64 = counts.iter().sum();
+        if total == 0 {
+            return 0;
+        }
+        let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
+        let mut seen = 0;
+        for (i, c) in counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return if i == 0 {
+                    1
+                } else {
+                    (1u64 << i) + (1u64 << (i - 1))
+                };
+            }
+        }
+        u64::MAX
+    }
+}
+
+static HISTOGRAMS: [Histogram; 9] = [const { Histogram::new() }; 9];
+
+/// Adds one observation of `phase` (nanoseconds, or a count for
+/// [`Phase::RegionsPerFlush`]).
+pub(crate) fn observe(phase: Phase, v: u64) {
+    HISTOGRAMS[phase as usize].observe(v);
+}
+
+/// Adds the time since `t0` to `phase`.
+pub(crate) fn observe_since(phase: Phase, t0: std::time::Instant) {
+    observe(phase, t0.elapsed().as_nanos() as u64);
+}
+
+/// Count, total and p50/p90/p99 estimate of one phase.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Distribution {
+    /// Observations.
+    pub count: u64,
+    /// Sum of the observed values.
+    pub sum: u64,
+    /// Median estimate.
+    pub p50: u64,
+    /// 90th percentile estimate.
+    pub p90: u64,
+    /// 99th percentile estimate.
+    pub p99: u64,
+}
+
+/// The distribution observed so far for `phase`.
+pub fn distribution(phase: Phase) -> Distribution {
+    let h = &HISTOGRAMS[phase as usize];
+    Distribution {
+        count: h.count.load(Relaxed),
+        sum: h.sum.load(Relaxed),
+        p50: h.quantile(0.5),
+        p90: h.quantile(0.9),
+        p99: h.quantile(0.99),
+    }
+}
+
+static TIMING: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Switches per-op recording timing on or off (default: on iff `TPU_METRICS` is set).
+pub fn set_timing(on: bool) {
+    TIMING.store(if on { 2 } else { 1 }, Relaxed);
+}
+
+/// Whether recording is timed.
+pub fn timing_enabled() -> bool {
+    match TIMING.load(Relaxed) {
+        0 => {
+            let on = crate::config::metrics_at_exit();
+            set_timing(on);
+            on
+        }
+        v => v == 2,
+    }
+}
+
+/// Start of a recording measurement, when recording is timed.
+#[inline]
+pub(crate) fn record_start() -> Option<std::time::Instant> {
+    timing_enabled().then(std::time::Instant::now)
+}
+
+/// End of a recording measurement started by [`record_start`].
+#[inline]
+pub(crate) fn record_end(t0: Option<std::time::Instant>) {
+    if let Some(t0) = t0 {
+        observe_since(Phase::Record, t0);
     }
 }
 
@@ -138,11 +353,27 @@ pub(crate) fn flush(r: FlushReason) {
     C.flushes[r as usize].fetch_add(1, Relaxed);
 }
 
-/// The metrics report: one `name: value` line per counter.
+/// The metrics report: one `name: value` line per figure: every counter,
+/// the cache hit rate, count/total/p50/p90/p99 of each [`Phase`], and the
+/// most recent recompile explanations (`recompile: ...`).
 pub fn report() -> String {
     let mut s = String::new();
-    for (k, v) in snapshot().lines() {
+    let snap = snapshot();
+    for (k, v) in snap.lines() {
         let _ = writeln!(s, "{k}: {v}");
+    }
+    let _ = writeln!(s, "cache_hit_rate: {:.4}", snap.cache_hit_rate());
+    for p in Phase::ALL {
+        let d = distribution(p);
+        let n = p.name();
+        let _ = writeln!(s, "{n}_count: {}", d.count);
+        let _ = writeln!(s, "{n}_total: {}", d.sum);
+        let _ = writeln!(s, "{n}_p50: {}", d.p50);
+        let _ = writeln!(s, "{n}_p90: {}", d.p90);
+        let _ = writeln!(s, "{n}_p99: {}", d.p99);
+    }
+    for r in crate::explain::recent() {
+        let _ = writeln!(s, "recompile: {r}");
     }
     s
 }
@@ -167,4 +398,25 @@ pub(crate) fn install_exit_report() {
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_quantiles_are_bucket_estimates() {
+        let h = Histogram::new();
+        assert_eq!(h.quantile(0.5), 0);
+        for v in 1..=100u64 {
+            h.observe(v * 1000);
+        }
+        // p50 = 50,000 lies in [32768, 65536): midpoint 49152.
+        assert_eq!(h.quantile(0.5), 49_152);
+        // p99 = 99,000 lies in [65536, 131072): midpoint 98304.
+        assert_eq!(h.quantile(0.99), 98_304);
+        assert_eq!(h.count.load(Relaxed), 100);
+        h.observe(0);
+        assert_eq!(h.buckets[0].load(Relaxed), 1);
+    }
 }

@@ -119,9 +119,12 @@ impl Runtime {
 
     /// Copies a host array to device `ordinal`.
     pub fn upload(&self, host: &HostTensor, ordinal: usize) -> Result<Arc<DeviceBuffer>> {
+        let _span = tracing::debug_span!("h2d", bytes = host.bytes.len()).entered();
+        let t0 = Instant::now();
         let buf =
             self.client
                 .buffer_from_host(&host.bytes, host.dtype, host.shape.dims(), ordinal)?;
+        metrics::observe_since(metrics::Phase::HostToDevice, t0);
         metrics::add(&C.h2d_transfers, 1);
         metrics::add(&C.h2d_bytes, host.bytes.len() as u64);
         Ok(DeviceBuffer::new(buf, host.shape.clone(), host.dtype))
@@ -160,8 +163,11 @@ impl Runtime {
 
     /// Copies a device buffer back to the host.
     pub fn download(&self, buf: &DeviceBuffer) -> Result<HostTensor> {
+        let _span = tracing::debug_span!("d2h", bytes = buf.bytes).entered();
+        let t0 = Instant::now();
         let mut bytes = vec![0u8; buf.bytes];
         buf.buf.to_host(&mut bytes)?;
+        metrics::observe_since(metrics::Phase::DeviceToHost, t0);
         metrics::add(&C.d2h_transfers, 1);
         metrics::add(&C.d2h_bytes, bytes.len() as u64);
         Ok(HostTensor {
@@ -173,10 +179,13 @@ impl Runtime {
 
     /// The executable for `key`, compiling `lower()` on a miss. Threads missing
     /// the same key wait for one compile; a failed compile is not cached.
+    /// On a miss the persistent cache (`TPU_CACHE_DIR`) is tried first;
+    /// `on_compile` runs just before an actual XLA compile.
     pub fn executable(
         &self,
         key: RegionKey,
         lower: impl FnOnce() -> String,
+        on_compile: impl FnOnce(),
     ) -> std::result::Result<Arc<pjrt::LoadedExecutable>, String> {
         let slot = self.cache.lock().entry(key).or_default().clone();
         let mut guard = slot.lock();
@@ -186,11 +195,24 @@ impl Runtime {
         }
         let text = lower();
         crate::dump::region_text(key, &text);
+        // Hook: persistent cache lookup.
+        let t0 = Instant::now();
+        if let Some(exe) = crate::persist::load(&self.client, &self.plugin_path, key, &text) {
+            metrics::observe_since(metrics::Phase::DiskCacheLoad, t0);
+            let exe = Arc::new(exe);
+            *guard = Some(exe.clone());
+            return Ok(exe);
+        }
+        on_compile();
+        let _span = tracing::debug_span!("compile", region = %key, bytes = text.len()).entered();
         let t0 = Instant::now();
         let result = self.client.compile(&text);
         metrics::add(&C.compile_ns, t0.elapsed().as_nanos() as u64);
+        metrics::observe_since(metrics::Phase::Compile, t0);
         let exe = Arc::new(result.map_err(|e| e.to_string())?);
         metrics::add(&C.compiles, 1);
+        // Hook: persistent cache store.
+        crate::persist::store(&self.client, &self.plugin_path, key, &text, &exe);
         *guard = Some(exe.clone());
         Ok(exe)
     }
@@ -208,6 +230,12 @@ impl Runtime {
         outputs: &[(Shape, DType)],
     ) -> std::result::Result<(Vec<Arc<DeviceBuffer>>, Option<pjrt::Completion>), String> {
         let raw: Vec<&pjrt::Buffer> = args.iter().map(|b| &b.buf).collect();
+        let _span = tracing::debug_span!(
+            "execute",
+            args = args.len(),
+            bytes = args.iter().map(|b| b.bytes).sum::<usize>()
+        )
+        .entered();
         let t0 = Instant::now();
         let (outs, done) = exe
             .launch(&raw, ordinal, donate)
@@ -220,6 +248,7 @@ impl Runtime {
             Some(done)
         };
         metrics::add(&C.execute_ns, t0.elapsed().as_nanos() as u64);
+        metrics::observe_since(metrics::Phase::Launch, t0);
         metrics::add(&C.regions_executed, 1);
         if outs.len() != outputs.len() {
             return Err(format!(
@@ -241,6 +270,7 @@ impl Runtime {
         let t0 = Instant::now();
         let r = done.wait().map_err(|e| e.to_string());
         metrics::add(&C.execute_ns, t0.elapsed().as_nanos() as u64);
+        metrics::observe_since(metrics::Phase::Await, t0);
         r
     }
 }

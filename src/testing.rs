@@ -18,3 +18,28 @@ pub fn inject_compile_fault(op: Option<&str>) {
 pub(crate) fn compile_fault(op: &str) -> bool {
     FAULT.lock().as_deref() == Some(op)
 }
+
+static EXEC_FAULT: Mutex<Option<String>> = Mutex::new(None);
+
+/// Makes every region containing an op named `op` fail when it is launched,
+/// as if the device had reported an execution error for it (the XLA CPU
+/// plugin has no natural run-time failure for valid programs). `None`
+/// switches it off. Process-wide, like [`inject_compile_fault`].
+pub fn inject_execution_fault(op: Option<&str>) {
+    *EXEC_FAULT.lock() = op.map(str::to_string);
+}
+
+/// `Err` when an execution fault is injected for an op of `region`.
+pub(crate) fn execution_fault(
+    graph: &lazyfuse_ir::Graph,
+    region: &lazyfuse_fusion::Region,
+) -> Result<(), String> {
+    let fault = EXEC_FAULT.lock();
+    let Some(op) = fault.as_deref() else {
+        return Ok(());
+    };
+    if region.nodes.iter().any(|&n| graph.node(n).op.name() == op) {
+        return Err(format!("INTERNAL: injected execution fault in `{op}`"));
+    }
+    Ok(())
+}
