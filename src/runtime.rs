@@ -9,6 +9,7 @@ use lazyfuse_fusion::RegionKey;
 use lazyfuse_ir::{DType, HostTensor, Literal, Shape};
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -57,9 +58,12 @@ pub struct Runtime {
     cache: Mutex<HashMap<RegionKey, Slot>>,
     /// Uploaded lifted scalars by (bits, dtype, device): a loop reuses its
     /// learning rate's buffer instead of transferring it every step.
-    scalars: Mutex<HashMap<(u64, DType, usize), Arc<DeviceBuffer>>>,
+    scalars: Mutex<ScalarCache>,
     executor: Arc<Executor>,
 }
+
+type ScalarCache =
+    HashMap<(Literal, DType, usize), Arc<DeviceBuffer>, BuildHasherDefault<ahash::AHasher>>;
 
 /// Bound on cached scalar buffers (cleared when exceeded: values like a
 /// per-step bias correction would otherwise accumulate forever).
@@ -88,7 +92,7 @@ impl Runtime {
             plugin_path: path.to_path_buf(),
             client,
             cache: Mutex::new(HashMap::new()),
-            scalars: Mutex::new(HashMap::new()),
+            scalars: Mutex::new(ScalarCache::default()),
             executor: Arc::new(Executor::default()),
         });
         drain_at_exit(&rt);
@@ -137,6 +141,10 @@ impl Runtime {
         dtype: DType,
         ordinal: usize,
     ) -> Result<Arc<DeviceBuffer>> {
+        let key = (value, dtype, ordinal);
+        if let Some(b) = self.scalars.lock().get(&key) {
+            return Ok(b.clone());
+        }
         let host = lazyfuse_ir::interp::eval_op(
             &lazyfuse_ir::Op::Constant {
                 value,
@@ -146,12 +154,6 @@ impl Runtime {
             &[],
         )
         .map_err(|e| Error::Pjrt(format!("invalid scalar: {e}")))?;
-        let mut bits = [0u8; 8];
-        bits[..host.bytes.len()].copy_from_slice(&host.bytes);
-        let key = (u64::from_le_bytes(bits), dtype, ordinal);
-        if let Some(b) = self.scalars.lock().get(&key) {
-            return Ok(b.clone());
-        }
         let b = self.upload(&host, ordinal)?;
         let mut map = self.scalars.lock();
         if map.len() >= MAX_CACHED_SCALARS {

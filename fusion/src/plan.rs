@@ -328,9 +328,17 @@ fn cut(graph: &Graph, seq: &[NodeId], opts: &PlanOptions) -> Vec<Vec<NodeId>> {
     let mut at = 0;
     for r in repeats {
         pack(&seq[at..r.start], &mut groups);
-        for k in 0..r.count {
+        let batch = if r.chained {
+            1
+        } else {
+            (1..=opts.repeat.max_batch.min(r.count))
+                .rev()
+                .find(|b| r.count.is_multiple_of(*b))
+                .unwrap_or(1)
+        };
+        for k in (0..r.count).step_by(batch) {
             let s = r.start + k * r.len;
-            pack(&seq[s..s + r.len], &mut groups);
+            pack(&seq[s..s + batch * r.len], &mut groups);
         }
         at = r.start + r.count * r.len;
     }

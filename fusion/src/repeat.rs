@@ -24,6 +24,11 @@ pub struct RepeatOptions {
     pub max_block: usize,
     /// Candidate periods examined per start position (bounds the cost).
     pub max_candidates: usize,
+    /// Independent copies run together in one region, up to this many: the
+    /// largest divisor of the copy count that fits, so every region of the run
+    /// still shares one executable while per-execution overhead is paid
+    /// count/batch times instead of count times.
+    pub max_batch: usize,
 }
 
 impl Default for RepeatOptions {
@@ -32,6 +37,7 @@ impl Default for RepeatOptions {
             min_block: 6,
             max_block: 4096,
             max_candidates: 16,
+            max_batch: 16,
         }
     }
 }
@@ -43,6 +49,9 @@ pub struct Repeat {
     pub start: usize,
     pub len: usize,
     pub count: usize,
+    /// Whether each copy reads the previous copy's values (stacked layers)
+    /// rather than being independent (one optimizer update per parameter).
+    pub chained: bool,
 }
 
 struct Ctx<'g> {
@@ -84,6 +93,16 @@ impl Ctx<'_> {
                 }
                 _ => false,
             }
+        })
+    }
+
+    /// Does any node of the block at `t` (length `len`) read a node at or after `from` and before `t`?
+    fn reads_block(&self, t: usize, len: usize, from: usize) -> bool {
+        (t..t + len).any(|i| {
+            self.graph.node(self.seq[i]).inputs.iter().any(|x| {
+                let p = self.pos[x.index()];
+                p != usize::MAX && p >= from && p < t
+            })
         })
     }
 
@@ -145,11 +164,13 @@ pub fn find_repeats(graph: &Graph, seq: &[NodeId], opts: &RepeatOptions) -> Vec<
                     start: s,
                     len,
                     count,
+                    chained: false,
                 });
             }
         }
         match best {
-            Some(r) if !ctx.periodic(r.start, r.len) => {
+            Some(mut r) if !ctx.periodic(r.start, r.len) => {
+                r.chained = ctx.reads_block(r.start + r.len, r.len, r.start);
                 out.push(r);
                 s += r.count * r.len;
             }

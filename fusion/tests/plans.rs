@@ -1,7 +1,7 @@
 //! Golden plan tests: the planner's decisions pinned as readable text and as
 //! region counts (in the manner of kernel-count tests). Pure graph code: no XLA.
 
-use lazyfuse_fusion::{plan, plan_with_donation, Plan, PlanOptions};
+use lazyfuse_fusion::{plan, plan_with_donation, Plan, PlanOptions, RepeatOptions};
 use lazyfuse_ir::{Axes, BinaryOp, DType, Graph, Literal, NodeId, Op, ReduceOp, Shape, UnaryOp};
 use std::panic::Location;
 
@@ -180,7 +180,15 @@ fn adam_graph(n: usize, bc1: f64, bc2: f64) -> (G, Vec<NodeId>) {
 #[test]
 fn adamw_over_200_params_is_200_runs_of_one_region() {
     let (g, live) = adam_graph(200, 0.1, 0.001);
-    let p = g.plan(&live);
+    // One update per region (no batching of independent copies).
+    let single = PlanOptions {
+        repeat: RepeatOptions {
+            max_batch: 1,
+            ..RepeatOptions::default()
+        },
+        ..PlanOptions::default()
+    };
+    let p = plan(&g.0, &live, &single);
     assert_eq!(p.regions.len(), 200, "one region per parameter update");
     let key = p.regions[0].key;
     assert!(
@@ -227,12 +235,35 @@ region 0 (13 params, 16 nodes, 3 outputs)
     // A different step (other bias corrections) plans to the same keys.
     let (g2, live2) = adam_graph(200, 0.19, 0.002);
     assert!(
-        g2.plan(&live2).regions.iter().all(|r| r.key == key),
+        plan(&g2.0, &live2, &single)
+            .regions
+            .iter()
+            .all(|r| r.key == key),
         "lifted scalars keep the key"
     );
     // A different parameter count still reuses the same update region.
     let (g3, live3) = adam_graph(37, 0.1, 0.001);
-    assert!(g3.plan(&live3).regions.iter().all(|r| r.key == key));
+    assert!(plan(&g3.0, &live3, &single)
+        .regions
+        .iter()
+        .all(|r| r.key == key));
+}
+
+#[test]
+fn independent_copies_are_batched_by_the_largest_fitting_divisor() {
+    // By default independent copies (no copy reads another) run several per
+    // region: the largest divisor of the count up to 16, so all regions of
+    // the run still share one executable.
+    for (n, regions) in [(200, 20), (48, 3), (37, 37), (7, 1)] {
+        let (g, live) = adam_graph(n, 0.1, 0.001);
+        let p = g.plan(&live);
+        assert_eq!(p.regions.len(), regions, "{n} parameters");
+        let key = p.regions[0].key;
+        assert!(
+            p.regions.iter().all(|r| r.key == key),
+            "{n} parameters share one key"
+        );
+    }
 }
 
 /// A transformer-like block: layernorm, two matmuls with a residual.
