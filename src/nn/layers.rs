@@ -1,4 +1,4 @@
-//! The basic layers: `Linear`, `Embedding`, `LayerNorm`, `Dropout`.
+//! The basic layers: `Linear`, `Conv2d`, `Embedding`, `LayerNorm`, `Dropout`.
 //! Initialisation follows PyTorch's defaults, drawn from explicit seeds.
 
 use super::{join, Module, Param};
@@ -48,6 +48,90 @@ impl Module for Linear {
             Some(b) => y.add(&b.tensor()),
             None => Ok(y),
         }
+    }
+
+    fn visit_params(&self, prefix: &str, out: &mut Vec<(String, Param)>) {
+        out.push((join(prefix, "weight"), self.weight.clone()));
+        if let Some(b) = &self.bias {
+            out.push((join(prefix, "bias"), b.clone()));
+        }
+    }
+}
+
+/// 2-D convolution over NCHW inputs ([`Tensor::conv2d`]): weight
+/// `[c_out, c_in / groups, kh, kw]`, optional bias `[c_out]`.
+pub struct Conv2d {
+    pub weight: Param,
+    pub bias: Option<Param>,
+    pub stride: (usize, usize),
+    pub padding: (usize, usize),
+    pub dilation: (usize, usize),
+    pub groups: usize,
+}
+
+impl Conv2d {
+    /// Weights and bias uniform in `±1/sqrt(fan_in)`, `fan_in = c_in / groups
+    /// * kh * kw` (PyTorch's default), from `seed`. `groups` must divide
+    /// `c_in` and `c_out`.
+    #[allow(clippy::too_many_arguments)]
+    #[track_caller]
+    pub fn new(
+        c_in: usize,
+        c_out: usize,
+        kernel: (usize, usize),
+        stride: (usize, usize),
+        padding: (usize, usize),
+        dilation: (usize, usize),
+        groups: usize,
+        bias: bool,
+        seed: u64,
+        dev: &Device,
+    ) -> Result<Conv2d> {
+        if groups == 0 || c_in % groups != 0 || c_out % groups != 0 || kernel.0 * kernel.1 == 0 {
+            return Err(Error::op(
+                "Conv2d::new",
+                format!(
+                    "groups ({groups}) must be positive and divide c_in ({c_in}) and c_out ({c_out}), \
+                     and the kernel {kernel:?} must be non-empty"
+                ),
+                String::new(),
+                Location::caller(),
+            ));
+        }
+        let fan_in = c_in / groups * kernel.0 * kernel.1;
+        let b = 1.0 / (fan_in as f64).sqrt();
+        let u = |dims: &[usize], s: u64| {
+            Tensor::rand(dims, s, dev)?
+                .mul_scalar(2.0 * b)?
+                .sub_scalar(b)
+        };
+        Ok(Conv2d {
+            weight: Param::new(u(&[c_out, c_in / groups, kernel.0, kernel.1], seed)?)?,
+            bias: if bias {
+                Some(Param::new(u(&[c_out], seed ^ 0xb1a5)?)?)
+            } else {
+                None
+            },
+            stride,
+            padding,
+            dilation,
+            groups,
+        })
+    }
+}
+
+impl Module for Conv2d {
+    #[track_caller]
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let b = self.bias.as_ref().map(Param::tensor);
+        x.conv2d(
+            &self.weight.tensor(),
+            b.as_ref(),
+            self.stride,
+            self.padding,
+            self.dilation,
+            self.groups,
+        )
     }
 
     fn visit_params(&self, prefix: &str, out: &mut Vec<(String, Param)>) {

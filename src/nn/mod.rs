@@ -12,7 +12,7 @@ mod layers;
 
 pub use attention::{Block, CausalSelfAttention};
 pub use io::{load, load_tensors, save, save_tensors};
-pub use layers::{Dropout, Embedding, LayerNorm, Linear};
+pub use layers::{Conv2d, Dropout, Embedding, LayerNorm, Linear};
 
 use crate::{Error, Result, Tensor};
 use parking_lot::RwLock;

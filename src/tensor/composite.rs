@@ -1,5 +1,6 @@
 //! Training ops composed from primitives: softmax and friends, cross-entropy,
-//! gather, layer norm, dropout, masked fill, clamp and exact GELU.
+//! gather, layer norm, dropout, masked fill, clamp and exact GELU (convolution
+//! and pooling are in `conv.rs`).
 //!
 //! Composites need no lowering or gradient rule of their own: they record
 //! primitive ops, which fuse with their neighbours and which autograd already

@@ -5,6 +5,7 @@
 //! point needs a value.
 
 mod composite;
+mod conv;
 mod create;
 mod display;
 mod index;
