@@ -412,3 +412,43 @@ fn bad_inputs() {
     }
     eprintln!("bad_inputs: {cases} calls, {errs} rejected, {oks} accepted");
 }
+
+// Regression tests: minimal programs the fuzzer found, in the form it prints.
+
+/// Interpreter bug: it flushed subnormal operands of float `neg`/`abs` to
+/// ±0, but XLA (CPU and GPU) lowers both to a sign-bit flip/clear that keeps
+/// them. Fixed in `ir/src/interp/elementwise.rs` (`sign_bit_op`).
+#[test]
+fn neg_and_abs_keep_subnormals() {
+    let program = Program {
+        steps: vec![
+            Step::Input(HostTensor::from_f64(
+                &[1e-40, -1e-40, -0.0, 2.5],
+                Shape::new(&[4]),
+                DType::F32,
+            )), // v0
+            Step::Input(HostTensor::from_f64(
+                &[1e-310, -1e-310],
+                Shape::new(&[2]),
+                DType::F64,
+            )), // v1
+            Step::Apply {
+                op: Op::Unary(UnaryOp::Neg),
+                args: vec![0],
+            }, // v2
+            Step::Apply {
+                op: Op::Unary(UnaryOp::Abs),
+                args: vec![0],
+            }, // v3
+            Step::Apply {
+                op: Op::Unary(UnaryOp::Neg),
+                args: vec![1],
+            }, // v4
+            Step::Apply {
+                op: Op::Unary(UnaryOp::Abs),
+                args: vec![1],
+            }, // v5
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+}
