@@ -452,3 +452,54 @@ fn neg_and_abs_keep_subnormals() {
     };
     fuzz_support::check_program(&program, &common::dev()).unwrap();
 }
+
+/// Lowering bug: XLA's CPU `power` reads its operands' bits, so a subnormal
+/// exponent was not treated as zero (flush-to-zero, as the interpreter and
+/// every other arithmetic op do): `pow(-0.13, 1e-40)` gave NaN instead of 1,
+/// and a subnormal base gave a tiny power instead of `0^y`. Fixed in
+/// `src/lower/ops.rs` (`flush_subnormals` on pow operands).
+#[test]
+fn pow_flushes_subnormal_operands() {
+    let program = Program {
+        steps: vec![
+            Step::Input(HostTensor::from_f64(
+                &[-0.13, 0.5, 1e-40, -1e-40, 2.0],
+                Shape::new(&[5]),
+                DType::F32,
+            )), // v0
+            Step::Input(HostTensor::from_f64(
+                &[1e-40, -1e-40, 0.5, 2.0, 1e-40],
+                Shape::new(&[5]),
+                DType::F32,
+            )), // v1
+            Step::Scalar {
+                op: Op::Binary(BinaryOp::Pow),
+                arg: 0,
+                value: 1e-40,
+            }, // v2
+            Step::Apply {
+                op: Op::Binary(BinaryOp::Pow),
+                args: vec![0, 1],
+            }, // v3
+            Step::Input(HostTensor::from_f64(
+                &[-0.5, 1e-310],
+                Shape::new(&[2]),
+                DType::F64,
+            )), // v4
+            Step::Scalar {
+                op: Op::Binary(BinaryOp::Pow),
+                arg: 4,
+                value: 1e-310,
+            }, // v5
+            Step::Apply {
+                op: Op::Convert(DType::BF16),
+                args: vec![1],
+            }, // v6
+            Step::Apply {
+                op: Op::Binary(BinaryOp::Pow),
+                args: vec![6, 6],
+            }, // v7
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+}

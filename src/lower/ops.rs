@@ -213,6 +213,14 @@ fn unary(e: &mut Emitter<'_>, u: UnaryOp, x: &str, s: &Shape, dt: DType) -> Stri
 }
 
 fn binary(e: &mut Emitter<'_>, b: BinaryOp, x: &str, y: &str, s: &Shape, dt: DType) -> String {
+    if b == BinaryOp::Pow && dt.is_float() {
+        // XLA's CPU `power` inspects operand bits (libm style), so it sees a
+        // subnormal operand at its true value even under flush-to-zero: flush
+        // explicitly, as every other arithmetic op does (regression test
+        // `tests/fuzz_ops.rs::pow_flushes_subnormal_operands`).
+        let (x, y) = (flush_subnormals(e, x, s, dt), flush_subnormals(e, y, s, dt));
+        return e.eltwise("stablehlo.power", &[&x, &y], s, dt, dt);
+    }
     let name = match b {
         BinaryOp::Add => "stablehlo.add",
         BinaryOp::Sub => "stablehlo.subtract",
@@ -223,6 +231,34 @@ fn binary(e: &mut Emitter<'_>, b: BinaryOp, x: &str, y: &str, s: &Shape, dt: DTy
         BinaryOp::Minimum => return extremum(e, "stablehlo.minimum", x, y, s, dt),
     };
     e.eltwise(name, &[x, y], s, dt, dt)
+}
+
+/// `x` with subnormals replaced by a zero of the same sign, for the float
+/// dtypes whose arithmetic flushes them (f32, f64, bf16); other dtypes as is.
+fn flush_subnormals(e: &mut Emitter<'_>, x: &str, s: &Shape, dt: DType) -> String {
+    let min_normal = match dt {
+        DType::F32 | DType::BF16 => f32::MIN_POSITIVE as f64,
+        DType::F64 => f64::MIN_POSITIVE,
+        _ => return x.to_string(),
+    };
+    let t = ty(s, dt);
+    let b = ty(s, DType::Bool);
+    let abs = e.eltwise("stablehlo.abs", &[x], s, dt, dt);
+    let limit = e.constant(Literal::Float(min_normal), s, dt);
+    let tiny = e.op(
+        "stablehlo.compare",
+        &[(&abs, t.clone()), (&limit, t.clone())],
+        &compare_attr(CmpOp::Lt, dt),
+        &b,
+    );
+    let zero = e.constant(Literal::Float(0.0), s, dt);
+    let signed_zero = e.eltwise("stablehlo.multiply", &[x, &zero], s, dt, dt);
+    e.op(
+        "stablehlo.select",
+        &[(&tiny, b), (&signed_zero, t.clone()), (x, t.clone())],
+        "",
+        &t,
+    )
 }
 
 /// NaN-propagating maximum/minimum. XLA's CPU backend may lower plain
