@@ -503,3 +503,44 @@ fn pow_flushes_subnormal_operands() {
     };
     fuzz_support::check_program(&program, &common::dev()).unwrap();
 }
+
+/// Fusion bug (XLA compile option): with XLA's default
+/// `xla_allow_excess_precision`, a fused `to_dtype(f32)` of a bf16 `exp`
+/// skipped the bf16 rounding (XLA removed the f32 -> bf16 -> f32 convert
+/// pair), so fused and unfused results differed: 6.4197 vs 6.40625. Fixed by
+/// compiling with the option off (`src/pjrt/options.rs`).
+#[test]
+fn fusion_keeps_half_precision_rounding() {
+    let program = Program {
+        steps: vec![
+            Step::Input(HostTensor::from_f64(
+                &[1.859375, -0.30078125, 2.109375],
+                Shape::new(&[3]),
+                DType::BF16,
+            )), // v0
+            Step::Apply {
+                op: Op::Unary(UnaryOp::Exp),
+                args: vec![0],
+            }, // v1
+            Step::Apply {
+                op: Op::Convert(DType::F32),
+                args: vec![1],
+            }, // v2
+            Step::Input(HostTensor::from_f64(
+                &[0.1, 1e-3],
+                Shape::new(&[2]),
+                DType::F16,
+            )), // v3
+            Step::Scalar {
+                op: Op::Binary(BinaryOp::Mul),
+                arg: 3,
+                value: 3.0,
+            }, // v4
+            Step::Apply {
+                op: Op::Convert(DType::F64),
+                args: vec![4],
+            }, // v5
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+}
