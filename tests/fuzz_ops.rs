@@ -544,3 +544,43 @@ fn fusion_keeps_half_precision_rounding() {
     };
     fuzz_support::check_program(&program, &common::dev()).unwrap();
 }
+
+/// Lowering bug: XLA's integer `power` only uses the low 6 bits of the
+/// exponent, so with wrapping semantics `115^119` (i32) came out as `115^55`
+/// and `2^64` as 1 instead of 0. The lowering now emits square-and-multiply
+/// over every exponent bit (`src/lower/ops.rs`, `int_pow`).
+#[test]
+fn int_pow_uses_every_exponent_bit() {
+    let program = Program {
+        steps: vec![
+            Step::Input(HostTensor::from_i64(
+                &[115, 2, -3, -1, 1, 7, 0, 5],
+                Shape::new(&[8]),
+                DType::I32,
+            )), // v0
+            Step::Input(HostTensor::from_i64(
+                &[119, 64, 65, -7, -9, -2, 0, 1 << 20],
+                Shape::new(&[8]),
+                DType::I32,
+            )), // v1
+            Step::Apply {
+                op: Op::Binary(BinaryOp::Pow),
+                args: vec![0, 1],
+            }, // v2
+            Step::Apply {
+                op: Op::Convert(DType::I64),
+                args: vec![0],
+            }, // v3
+            Step::Input(HostTensor::from_i64(
+                &[119, 64, 1 << 40, -8, -9, 63, 0, i64::MAX],
+                Shape::new(&[8]),
+                DType::I64,
+            )), // v4
+            Step::Apply {
+                op: Op::Binary(BinaryOp::Pow),
+                args: vec![3, 4],
+            }, // v5
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+}

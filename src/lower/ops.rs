@@ -221,6 +221,9 @@ fn binary(e: &mut Emitter<'_>, b: BinaryOp, x: &str, y: &str, s: &Shape, dt: DTy
         let (x, y) = (flush_subnormals(e, x, s, dt), flush_subnormals(e, y, s, dt));
         return e.eltwise("stablehlo.power", &[&x, &y], s, dt, dt);
     }
+    if b == BinaryOp::Pow {
+        return int_pow(e, x, y, s, dt);
+    }
     let name = match b {
         BinaryOp::Add => "stablehlo.add",
         BinaryOp::Sub => "stablehlo.subtract",
@@ -231,6 +234,58 @@ fn binary(e: &mut Emitter<'_>, b: BinaryOp, x: &str, y: &str, s: &Shape, dt: DTy
         BinaryOp::Minimum => return extremum(e, "stablehlo.minimum", x, y, s, dt),
     };
     e.eltwise(name, &[x, y], s, dt, dt)
+}
+
+/// Integer power with the interpreter's semantics: wrapping square-and-multiply
+/// over *every* bit of the exponent; a negative exponent gives 0, except bases
+/// 1 (→ 1) and -1 (→ ±1 by parity). XLA's own integer `power` only looks at the
+/// low 6 exponent bits, so `115^119` wrapped in i32 came out as `115^55`
+/// (regression test `tests/fuzz_ops.rs::int_pow_uses_every_exponent_bit`).
+fn int_pow(e: &mut Emitter<'_>, x: &str, y: &str, s: &Shape, dt: DType) -> String {
+    let t = ty(s, dt);
+    let b = ty(s, DType::Bool);
+    let int = |e: &mut Emitter<'_>, v: i64| e.constant(Literal::Int(v), s, dt);
+    let cmp = |e: &mut Emitter<'_>, c: CmpOp, p: &str, q: &str| {
+        e.op(
+            "stablehlo.compare",
+            &[(p, t.clone()), (q, t.clone())],
+            &compare_attr(c, dt),
+            &b,
+        )
+    };
+    let select = |e: &mut Emitter<'_>, c: &str, p: &str, q: &str| {
+        e.op(
+            "stablehlo.select",
+            &[(c, b.clone()), (p, t.clone()), (q, t.clone())],
+            "",
+            &t,
+        )
+    };
+    let (zero, one, minus_one) = (int(e, 0), int(e, 1), int(e, -1));
+    let mut acc = one.clone();
+    let mut base = x.to_string();
+    let mut exp = y.to_string();
+    let bits = if dt == DType::I64 { 63 } else { 31 };
+    for i in 0..bits {
+        let low = e.eltwise("stablehlo.and", &[&exp, &one], s, dt, dt);
+        let set = cmp(e, CmpOp::Eq, &low, &one);
+        let times = e.eltwise("stablehlo.multiply", &[&acc, &base], s, dt, dt);
+        acc = select(e, &set, &times, &acc);
+        if i + 1 < bits {
+            base = e.eltwise("stablehlo.multiply", &[&base, &base], s, dt, dt);
+            exp = e.eltwise("stablehlo.shift_right_logical", &[&exp, &one], s, dt, dt);
+        }
+    }
+    // Negative exponents: 1 for base 1, ±1 for base -1, else 0.
+    let odd = e.eltwise("stablehlo.and", &[y, &one], s, dt, dt);
+    let is_odd = cmp(e, CmpOp::Eq, &odd, &one);
+    let parity = select(e, &is_odd, &minus_one, &one);
+    let is_minus_one = cmp(e, CmpOp::Eq, x, &minus_one);
+    let is_one = cmp(e, CmpOp::Eq, x, &one);
+    let neg = select(e, &is_minus_one, &parity, &zero);
+    let neg = select(e, &is_one, &one, &neg);
+    let negative = cmp(e, CmpOp::Lt, y, &zero);
+    select(e, &negative, &neg, &acc)
 }
 
 /// `x` with subnormals replaced by a zero of the same sign, for the float
