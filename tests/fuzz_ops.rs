@@ -584,3 +584,67 @@ fn int_pow_uses_every_exponent_bit() {
     };
     fuzz_support::check_program(&program, &common::dev()).unwrap();
 }
+
+/// Lowering bug: XLA's CPU bf16 `EQ`/`NE` compare a subnormal at its true
+/// value while ordered compares read it as zero (flush-to-zero), so
+/// `eq_scalar(-0.0)` of -9e-41 was false although `gt`/`lt` said neither
+/// (found by fuzz_ops, FUZZ_SEED=2). The lowering now flushes bf16 compare
+/// operands (`src/lower/ops.rs`, `compare`).
+#[test]
+fn bf16_compare_reads_subnormals_as_zero() {
+    let sub = 9.183549615799121e-41;
+    let program = Program {
+        steps: vec![
+            Step::Input(HostTensor::from_f64(
+                &[sub, -sub, 1.0, 0.0, -0.0, f64::NAN],
+                Shape::new(&[6]),
+                DType::BF16,
+            )), // v0
+            Step::Scalar {
+                op: Op::Compare(CmpOp::Eq),
+                arg: 0,
+                value: -0.0,
+            }, // v1
+            Step::Scalar {
+                op: Op::Compare(CmpOp::Ne),
+                arg: 0,
+                value: 0.0,
+            }, // v2
+            Step::Apply {
+                op: Op::Reshape(Shape::new(&[3, 2])),
+                args: vec![0],
+            }, // v3
+            Step::Input(HostTensor::from_f64(
+                &[0.0, sub],
+                Shape::new(&[2]),
+                DType::BF16,
+            )), // v4
+            Step::Apply {
+                op: Op::Compare(CmpOp::Eq),
+                args: vec![3, 4],
+            }, // v5
+            Step::Apply {
+                op: Op::Compare(CmpOp::Le),
+                args: vec![4, 3],
+            }, // v6
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+}
+
+/// XLA CPU quirk, not fixed: a bf16 constant holding a subnormal comes back
+/// flushed to zero for some shapes (`[3, 2]`, not `[2, 3]` or `[6]`), though
+/// constants and layout ops are documented to keep bits (found by fuzz_ops,
+/// FUZZ_SEED=3). Inside XLA's CPU emitter, not in lazyfuse's lowering; the
+/// fuzz oracle tolerates a bf16 subnormal flushed to a zero of its sign.
+#[test]
+#[ignore = "XLA CPU flushes bf16 subnormal constants of shape [3, 2] (upstream quirk)"]
+fn bf16_constant_keeps_subnormals() {
+    let dev = common::dev();
+    for fuse in [true, false] {
+        let _g = FusionGuard::new(fuse);
+        let t = Tensor::full(1e-40, &[3, 2], DType::BF16, &dev).unwrap();
+        let want = HostTensor::from_f64(&[1e-40; 6], Shape::new(&[3, 2]), DType::BF16);
+        assert_eq!(t.to_host().unwrap().bytes, want.bytes, "fuse={fuse}");
+    }
+}

@@ -32,7 +32,10 @@
 //!   conversions) see their operands unchanged.
 //! - Own error `e`, per element, with `u` the unit roundoff of the dtype
 //!   (2^-24 f32, 2^-53 f64, 2^-11 f16, 2^-8 bf16) and `ulp = 2u|result|`:
-//!   - layout ops, select, concat, inputs and constants: bit-exact;
+//!   - layout ops, select, concat, inputs and constants: bit-exact, except
+//!     that a bf16 subnormal may come back as a zero of its sign (an XLA CPU
+//!     quirk that depends on the shape; see the ignored regression test
+//!     `bf16_constant_keeps_subnormals`);
 //!     neg/abs/relu/floor, maximum/minimum, max/min reductions, compares,
 //!     float→int conversions, argmax: exact (±0 compare equal);
 //!   - add, sub, mul, float→float convert, arange, sqrt: 1 ulp (XLA rounds
@@ -575,7 +578,14 @@ fn compare(actual: &HostTensor, env: &Envelope) -> Result<(), String> {
         let (a, e) = (actual.to_f64_vec(), c.to_f64_vec());
         for (i, (x, y)) in actual.bytes.chunks(w).zip(c.bytes.chunks(w)).enumerate() {
             let both_nan = d.is_float() && a[i].is_nan() && e[i].is_nan();
-            if x != y && !both_nan {
+            // Known XLA CPU quirk: some code paths move bf16 through f32
+            // under flush-to-zero (`bf16_constant_keeps_subnormals`).
+            let bf16_flushed = d == DType::BF16
+                && a[i] == 0.0
+                && e[i] != 0.0
+                && e[i].abs() < f32::MIN_POSITIVE as f64
+                && a[i].is_sign_negative() == e[i].is_sign_negative();
+            if x != y && !both_nan && !bf16_flushed {
                 return Err(format!(
                     "element {i}: got {} ({x:02x?}), expected bit-exact {} ({y:02x?})",
                     a[i], e[i]
