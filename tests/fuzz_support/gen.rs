@@ -528,3 +528,53 @@ impl Builder {
         }
     }
 }
+
+/// Greedy shrinking for drivers without proptest (the cargo-fuzz target):
+/// drops genes, then zeroes their fields, keeping each change that still
+/// `fails`. Returns a locally minimal failing gene list.
+pub fn shrink(genes: &[Gene], fails: &mut dyn FnMut(&[Gene]) -> bool) -> Vec<Gene> {
+    let mut cur = genes.to_vec();
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for i in (0..cur.len()).rev() {
+            let mut next = cur.clone();
+            next.remove(i);
+            if !next.is_empty() && fails(&next) {
+                cur = next;
+                changed = true;
+            }
+        }
+        for i in 0..cur.len() {
+            for field in 0..4 {
+                let mut next = cur.clone();
+                let g = &mut next[i];
+                let slot = match field {
+                    0 => &mut g.a,
+                    1 => &mut g.b,
+                    2 => &mut g.c,
+                    _ => {
+                        if g.seed == 0 {
+                            continue;
+                        }
+                        g.seed = 0;
+                        if fails(&next) {
+                            cur = next;
+                            changed = true;
+                        }
+                        continue;
+                    }
+                };
+                if *slot == 0 {
+                    continue;
+                }
+                *slot = 0;
+                if fails(&next) {
+                    cur = next;
+                    changed = true;
+                }
+            }
+        }
+    }
+    cur
+}

@@ -7,13 +7,13 @@
 //! - [`oracle`]: runs a program fused and unfused and checks every observed
 //!   value against the reference interpreter (tolerances documented there);
 //! - [`values`]: deterministic shapes, dtypes and special values.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 pub mod gen;
 pub mod oracle;
 pub mod program;
 pub mod values;
 
-pub use gen::{build, Gene};
+pub use gen::{build, shrink, Gene};
 pub use oracle::check_program;
 pub use program::{Program, Step};
