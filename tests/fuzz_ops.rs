@@ -9,7 +9,7 @@
 //! found are kept below as regression tests.
 //!
 //! Knobs: `FUZZ_SEED` (u64, default fixed so CI is reproducible) and
-//! `FUZZ_CASES` (programs; default 250 in release, 30 in debug builds).
+//! `FUZZ_CASES` (programs; default 200 in release, 30 in debug builds).
 //! Run as `cargo test --release --test fuzz_ops -- --nocapture` to see the
 //! statistics line.
 //!
@@ -65,7 +65,7 @@ fn gene() -> impl Strategy<Value = Gene> {
 #[test]
 fn differential() {
     let seed = env_u64("FUZZ_SEED").unwrap_or(DEFAULT_SEED);
-    let default_cases = if cfg!(debug_assertions) { 30 } else { 250 };
+    let default_cases = if cfg!(debug_assertions) { 30 } else { 200 };
     let cases = env_u64("FUZZ_CASES").unwrap_or(default_cases) as u32;
     let dev = common::dev();
     let config = Config {
