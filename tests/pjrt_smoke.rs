@@ -12,10 +12,15 @@ use lazyfuse_ir::DType;
 
 #[test]
 fn compile_options_bytes_are_pinned() {
-    assert_eq!(
-        compile_options_bytes(),
-        [0x1a, 0x04, 0x20, 0x01, 0x28, 0x01, 0x20, 0x01]
-    );
+    // executable_build_options { num_replicas: 1 num_partitions: 1 },
+    // compile_portable_executable: true, then env_option_overrides
+    // { "xla_allow_excess_precision": bool_field false }.
+    let mut want = vec![
+        0x1a, 0x04, 0x20, 0x01, 0x28, 0x01, 0x20, 0x01, 0x3a, 32, 0x0a, 26,
+    ];
+    want.extend_from_slice(b"xla_allow_excess_precision");
+    want.extend_from_slice(&[0x12, 0x02, 0x10, 0x00]);
+    assert_eq!(compile_options_bytes(), want);
     assert!(compile_options_bytes().starts_with(&[0x1a, 0x04, 0x20, 0x01, 0x28, 0x01]));
 }
 

@@ -231,6 +231,17 @@ fn unary(e: &mut Emitter<'_>, u: UnaryOp, x: &str, s: &Shape, dt: DType) -> Stri
 }
 
 fn binary(e: &mut Emitter<'_>, b: BinaryOp, x: &str, y: &str, s: &Shape, dt: DType) -> String {
+    if b == BinaryOp::Pow && dt.is_float() {
+        // XLA's CPU `power` inspects operand bits (libm style), so it sees a
+        // subnormal operand at its true value even under flush-to-zero: flush
+        // explicitly, as every other arithmetic op does (regression test
+        // `tests/fuzz_ops.rs::pow_flushes_subnormal_operands`).
+        let (x, y) = (flush_subnormals(e, x, s, dt), flush_subnormals(e, y, s, dt));
+        return e.eltwise("stablehlo.power", &[&x, &y], s, dt, dt);
+    }
+    if b == BinaryOp::Pow {
+        return int_pow(e, x, y, s, dt);
+    }
     let name = match b {
         BinaryOp::Add => "stablehlo.add",
         BinaryOp::Sub => "stablehlo.subtract",
@@ -241,6 +252,86 @@ fn binary(e: &mut Emitter<'_>, b: BinaryOp, x: &str, y: &str, s: &Shape, dt: DTy
         BinaryOp::Minimum => return extremum(e, "stablehlo.minimum", x, y, s, dt),
     };
     e.eltwise(name, &[x, y], s, dt, dt)
+}
+
+/// Integer power with the interpreter's semantics: wrapping square-and-multiply
+/// over *every* bit of the exponent; a negative exponent gives 0, except bases
+/// 1 (→ 1) and -1 (→ ±1 by parity). XLA's own integer `power` only looks at the
+/// low 6 exponent bits, so `115^119` wrapped in i32 came out as `115^55`
+/// (regression test `tests/fuzz_ops.rs::int_pow_uses_every_exponent_bit`).
+fn int_pow(e: &mut Emitter<'_>, x: &str, y: &str, s: &Shape, dt: DType) -> String {
+    let t = ty(s, dt);
+    let b = ty(s, DType::Bool);
+    let int = |e: &mut Emitter<'_>, v: i64| e.constant(Literal::Int(v), s, dt);
+    let cmp = |e: &mut Emitter<'_>, c: CmpOp, p: &str, q: &str| {
+        e.op(
+            "stablehlo.compare",
+            &[(p, t.clone()), (q, t.clone())],
+            &compare_attr(c, dt),
+            &b,
+        )
+    };
+    let select = |e: &mut Emitter<'_>, c: &str, p: &str, q: &str| {
+        e.op(
+            "stablehlo.select",
+            &[(c, b.clone()), (p, t.clone()), (q, t.clone())],
+            "",
+            &t,
+        )
+    };
+    let (zero, one, minus_one) = (int(e, 0), int(e, 1), int(e, -1));
+    let mut acc = one.clone();
+    let mut base = x.to_string();
+    let mut exp = y.to_string();
+    let bits = if dt == DType::I64 { 63 } else { 31 };
+    for i in 0..bits {
+        let low = e.eltwise("stablehlo.and", &[&exp, &one], s, dt, dt);
+        let set = cmp(e, CmpOp::Eq, &low, &one);
+        let times = e.eltwise("stablehlo.multiply", &[&acc, &base], s, dt, dt);
+        acc = select(e, &set, &times, &acc);
+        if i + 1 < bits {
+            base = e.eltwise("stablehlo.multiply", &[&base, &base], s, dt, dt);
+            exp = e.eltwise("stablehlo.shift_right_logical", &[&exp, &one], s, dt, dt);
+        }
+    }
+    // Negative exponents: 1 for base 1, ±1 for base -1, else 0.
+    let odd = e.eltwise("stablehlo.and", &[y, &one], s, dt, dt);
+    let is_odd = cmp(e, CmpOp::Eq, &odd, &one);
+    let parity = select(e, &is_odd, &minus_one, &one);
+    let is_minus_one = cmp(e, CmpOp::Eq, x, &minus_one);
+    let is_one = cmp(e, CmpOp::Eq, x, &one);
+    let neg = select(e, &is_minus_one, &parity, &zero);
+    let neg = select(e, &is_one, &one, &neg);
+    let negative = cmp(e, CmpOp::Lt, y, &zero);
+    select(e, &negative, &neg, &acc)
+}
+
+/// `x` with subnormals replaced by a zero of the same sign, for the float
+/// dtypes whose arithmetic flushes them (f32, f64, bf16); other dtypes as is.
+fn flush_subnormals(e: &mut Emitter<'_>, x: &str, s: &Shape, dt: DType) -> String {
+    let min_normal = match dt {
+        DType::F32 | DType::BF16 => f32::MIN_POSITIVE as f64,
+        DType::F64 => f64::MIN_POSITIVE,
+        _ => return x.to_string(),
+    };
+    let t = ty(s, dt);
+    let b = ty(s, DType::Bool);
+    let abs = e.eltwise("stablehlo.abs", &[x], s, dt, dt);
+    let limit = e.constant(Literal::Float(min_normal), s, dt);
+    let tiny = e.op(
+        "stablehlo.compare",
+        &[(&abs, t.clone()), (&limit, t.clone())],
+        &compare_attr(CmpOp::Lt, dt),
+        &b,
+    );
+    let zero = e.constant(Literal::Float(0.0), s, dt);
+    let signed_zero = e.eltwise("stablehlo.multiply", &[x, &zero], s, dt, dt);
+    e.op(
+        "stablehlo.select",
+        &[(&tiny, b), (&signed_zero, t.clone()), (x, t.clone())],
+        "",
+        &t,
+    )
 }
 
 /// NaN-propagating maximum/minimum. XLA's CPU backend may lower plain
@@ -304,6 +395,16 @@ fn compare_attr(c: CmpOp, dt: DType) -> String {
 }
 
 fn compare(e: &mut Emitter<'_>, c: CmpOp, x: &str, y: &str, s: &Shape, dt: DType) -> String {
+    // XLA's CPU bf16 `EQ`/`NE` see a subnormal at its true value while the
+    // ordered compares (and the interpreter) read it as zero, so 9e-41 was
+    // neither equal to nor greater than 0. Flush bf16 operands explicitly
+    // (regression test `tests/fuzz_ops.rs::bf16_compare_reads_subnormals_as_zero`).
+    let (x, y) = if dt == DType::BF16 {
+        (flush_subnormals(e, x, s, dt), flush_subnormals(e, y, s, dt))
+    } else {
+        (x.to_string(), y.to_string())
+    };
+    let (x, y) = (x.as_str(), y.as_str());
     let t = ty(s, dt);
     e.op(
         "stablehlo.compare",

@@ -21,7 +21,10 @@ pub(crate) enum Values {
 /// arithmetic treats subnormal operands as zero (DAZ) and flushes subnormal
 /// results to zero (FTZ), keeping the sign. f16 is computed in f32, where
 /// every f16 subnormal is a normal number, so f16 keeps its subnormals.
-/// Layout ops and `where_cond` move bits and never flush.
+/// Layout ops and `where_cond` move bits and never flush, and neither do
+/// float `neg` and `abs`: XLA lowers them to a sign-bit flip/clear, so a
+/// subnormal operand keeps its magnitude (found by the differential fuzzer,
+/// `tests/fuzz_ops.rs::neg_and_abs_keep_subnormals`).
 pub fn flush_threshold(dtype: DType) -> Option<f64> {
     match dtype {
         DType::F32 | DType::BF16 => Some(f32::MIN_POSITIVE as f64),
@@ -218,8 +221,29 @@ fn compare<T: PartialOrd>(op: CmpOp, a: T, b: T) -> bool {
     }
 }
 
+/// Float `neg`/`abs` as the sign-bit operations they are: exact, no flushing.
+fn sign_bit_op(op: UnaryOp, x: &HostTensor) -> HostTensor {
+    let w = x.dtype.size_in_bytes();
+    let mut bytes = x.bytes.clone();
+    for top in bytes.chunks_exact_mut(w).map(|e| &mut e[w - 1]) {
+        *top = if op == UnaryOp::Neg {
+            *top ^ 0x80
+        } else {
+            *top & 0x7f
+        };
+    }
+    HostTensor {
+        shape: x.shape.clone(),
+        dtype: x.dtype,
+        bytes,
+    }
+}
+
 /// Elementwise unary op; the output has `x`'s shape and dtype.
 pub(crate) fn unary(op: UnaryOp, x: &HostTensor) -> HostTensor {
+    if x.dtype.is_float() && matches!(op, UnaryOp::Neg | UnaryOp::Abs) {
+        return sign_bit_op(op, x);
+    }
     let out = match Values::of(x) {
         Values::F(v) => Values::F(v.into_iter().map(|x| unary_f(op, x)).collect()),
         Values::I(v) => Values::I(v.into_iter().map(|x| unary_i(op, x)).collect()),

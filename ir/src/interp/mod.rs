@@ -11,7 +11,8 @@
 //!   `max(-0.0, +0.0)` is `+0.0` (`min` gives `-0.0`), as IEEE 754-2019 `maximum`.
 //!   `relu(x)` is `maximum(x, 0)`.
 //! - Layout ops (reshape, permute, broadcast, slice, concat, select) copy element
-//!   bytes, so they are bit-exact for every dtype.
+//!   bytes, so they are bit-exact for every dtype; float `neg`/`abs` flip or
+//!   clear the sign bit (subnormals are kept, NaN payloads too).
 //!
 //! Per-op details are documented on the (private) functions of the
 //! `elementwise`, `index`, `layout` and `reduce` submodules.

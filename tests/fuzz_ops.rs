@@ -1,0 +1,650 @@
+//! Op-level differential fuzzing (issue #5): fusion must never change an answer.
+//!
+//! `differential` generates random well-typed op programs (see
+//! `fuzz_support::gen`), runs each fused (with mid-program reads, early
+//! drops and reads from other threads) and unfused, and checks every value
+//! against the reference interpreter with the dtype-aware tolerances
+//! documented in `fuzz_support::oracle`. A failure is shrunk by proptest to
+//! a minimal program and printed as a ready-to-paste `#[test]`; the bugs it
+//! found are kept below as regression tests.
+//!
+//! Knobs: `FUZZ_SEED` (u64, default fixed so CI is reproducible) and
+//! `FUZZ_CASES` (programs; default 200 in release, 30 in debug builds).
+//! Run as `cargo test --release --test fuzz_ops -- --nocapture` to see the
+//! statistics line.
+//!
+//! `bad_inputs` throws random ill-typed calls at the API: each must return
+//! `Err` (exactly when shape/dtype inference rejects it, for `apply_op`),
+//! never panic, and never leave a node in the graph.
+
+mod common;
+mod fuzz_support;
+
+use fuzz_support::values::{random_data, random_dims, random_dtype, Rng, FLOAT_SPECIALS};
+use fuzz_support::{build, check_program, Gene, Program, Step};
+#[allow(unused_imports)]
+use lazyfuse::ir::{
+    infer, Axes, BinaryOp, CmpOp, DType, HostTensor, Literal, Op, ReduceOp, Shape, UnaryOp,
+};
+use lazyfuse::{pending_ops, FusionGuard, Tensor};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
+use std::cell::Cell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Instant;
+
+const DEFAULT_SEED: u64 = 0x00C0_FFEE_5EED;
+
+fn env_u64(name: &str) -> Option<u64> {
+    let v = std::env::var(name).ok()?;
+    let v = v.trim();
+    let parsed = match v.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => v.parse(),
+    };
+    Some(parsed.unwrap_or_else(|_| panic!("{name}={v} is not a u64")))
+}
+
+fn gene() -> impl Strategy<Value = Gene> {
+    (
+        any::<u8>(),
+        any::<u16>(),
+        any::<u16>(),
+        any::<u16>(),
+        any::<u32>(),
+    )
+        .prop_map(|(kind, a, b, c, seed)| Gene {
+            kind,
+            a,
+            b,
+            c,
+            seed,
+        })
+}
+
+#[test]
+fn differential() {
+    let seed = env_u64("FUZZ_SEED").unwrap_or(DEFAULT_SEED);
+    let default_cases = if cfg!(debug_assertions) { 30 } else { 200 };
+    let cases = env_u64("FUZZ_CASES").unwrap_or(default_cases) as u32;
+    let dev = common::dev();
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        max_shrink_iters: 2000,
+        ..Config::default()
+    };
+    let mut key = [0u8; 32];
+    key[..8].copy_from_slice(&seed.to_le_bytes());
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &key));
+    let start = Instant::now();
+    let (programs, ops, events) = (Cell::new(0usize), Cell::new(0usize), Cell::new(0usize));
+    let result = runner.run(&prop::collection::vec(gene(), 1..=24), |genes| {
+        let p = build(&genes);
+        programs.set(programs.get() + 1);
+        ops.set(ops.get() + p.num_ops());
+        let sync_events = p.steps.iter().filter(|s| {
+            matches!(
+                s,
+                Step::Read(_) | Step::Drop(_) | Step::ReadOnThread(_) | Step::Sync
+            )
+        });
+        events.set(events.get() + sync_events.count());
+        check_program(&p, &dev).map_err(TestCaseError::fail)
+    });
+    eprintln!(
+        "fuzz_ops: seed {seed:#x}: {} programs run ({cases} cases + shrinking), {} ops, {} sync events, {:.1} s",
+        programs.get(),
+        ops.get(),
+        events.get(),
+        start.elapsed().as_secs_f64()
+    );
+    match result {
+        Ok(()) => {}
+        Err(TestError::Fail(why, genes)) => {
+            let p: Program = build(&genes);
+            panic!(
+                "fuzz_ops (FUZZ_SEED={seed:#x}) found a mismatch:\n{why}\n\nminimal program as a test:\n\n{}",
+                p.to_rust_test("fuzz_regression_name_me")
+            );
+        }
+        Err(TestError::Abort(why)) => panic!("fuzz_ops aborted: {why}"),
+    }
+}
+
+/// A random op with random (mostly wrong) attributes.
+fn random_op(rng: &mut Rng) -> Op {
+    let axes = |rng: &mut Rng| -> Axes { (0..rng.below(4)).map(|_| rng.below(6)).collect() };
+    let lit = |rng: &mut Rng| match rng.below(3) {
+        0 => Literal::Float(rng.pick(&FLOAT_SPECIALS)),
+        1 => Literal::Int(rng.pick(&[-1, 0, 300, i64::MAX, 7])),
+        _ => Literal::Bool(true),
+    };
+    match rng.below(16) {
+        0 => Op::Unary(rng.pick(UnaryOp::ALL)),
+        1 => Op::Binary(rng.pick(BinaryOp::ALL)),
+        2 => Op::Compare(rng.pick(CmpOp::ALL)),
+        3 => Op::Select,
+        4 => Op::Convert(random_dtype(rng)),
+        5 => Op::Reduce {
+            op: rng.pick(ReduceOp::ALL),
+            axes: axes(rng),
+            keepdim: rng.one_in(2),
+        },
+        6 => Op::ArgMax {
+            axis: rng.below(5),
+            keepdim: rng.one_in(2),
+        },
+        7 => Op::Reshape(Shape::new(&random_dims(rng))),
+        8 => Op::Permute(axes(rng)),
+        9 => Op::BroadcastTo(Shape::new(&random_dims(rng))),
+        10 => Op::Slice {
+            axis: rng.below(5),
+            start: rng.pick(&[0, 1, 2, 5, usize::MAX]),
+            len: rng.pick(&[0, 1, 3, usize::MAX]),
+        },
+        11 => Op::Concat { axis: rng.below(5) },
+        12 => Op::MatMul,
+        13 => Op::Constant {
+            value: lit(rng),
+            shape: Shape::new(&random_dims(rng)),
+            dtype: random_dtype(rng),
+        },
+        14 => Op::Input {
+            shape: Shape::new(&random_dims(rng)),
+            dtype: random_dtype(rng),
+        },
+        _ => Op::Arange {
+            start: lit(rng),
+            step: lit(rng),
+            len: rng.below(4),
+            dtype: random_dtype(rng),
+        },
+    }
+}
+
+/// One random, probably ill-typed, API call on `pool`. Returns a description,
+/// the outcome, and whether inference accepts it (`None`: not an `apply_op`).
+fn random_call(rng: &mut Rng, pool: &[Tensor]) -> (String, lazyfuse::Result<Tensor>, Option<bool>) {
+    let dev = common::dev();
+    let t = pool[rng.below(pool.len())].clone();
+    let u = pool[rng.below(pool.len())].clone();
+    let ax = |rng: &mut Rng| rng.below(13) as isize - 6;
+    match rng.below(18) {
+        0 => {
+            let op = random_op(rng);
+            let n = rng.below(4);
+            let args: Vec<Tensor> = (0..n)
+                .map(|_| pool[rng.below(pool.len())].clone())
+                .collect();
+            let refs: Vec<&Tensor> = args.iter().collect();
+            let operands: Vec<(&Shape, DType)> =
+                args.iter().map(|a| (a.shape(), a.dtype())).collect();
+            let ok = !args.is_empty() && infer(&op, &operands).is_ok();
+            (
+                format!("apply_op({op:?}, {operands:?})"),
+                Tensor::apply_op(op, &refs),
+                Some(ok),
+            )
+        }
+        1 => {
+            let (a, s, l) = (ax(rng), rng.below(6), rng.pick(&[0, 1, 4, usize::MAX]));
+            (
+                format!("narrow({a}, {s}, {l}) of {:?}", t.dims()),
+                t.narrow(a, s, l),
+                None,
+            )
+        }
+        2 => {
+            let d = random_dims(rng);
+            (
+                format!("reshape({d:?}) of {:?}", t.dims()),
+                t.reshape(&d),
+                None,
+            )
+        }
+        3 => {
+            let p: Vec<usize> = (0..rng.below(5)).map(|_| rng.below(5)).collect();
+            (
+                format!("permute({p:?}) of {:?}", t.dims()),
+                t.permute(&p),
+                None,
+            )
+        }
+        4 => {
+            let a = ax(rng);
+            (
+                format!("cat({:?}, {:?}, {a})", t.dims(), u.dims()),
+                Tensor::cat(&[&t, &u], a),
+                None,
+            )
+        }
+        5 => (
+            format!("matmul({:?}, {:?})", t.dims(), u.dims()),
+            t.matmul(&u),
+            None,
+        ),
+        6 => {
+            let axes: Vec<isize> = (0..rng.below(4)).map(|_| ax(rng)).collect();
+            let k = rng.one_in(2);
+            let r = match rng.below(4) {
+                0 => t.sum(&axes, k),
+                1 => t.mean(&axes, k),
+                2 => t.max(&axes, k),
+                _ => t.min(&axes, k),
+            };
+            (
+                format!("reduce({axes:?}) of {}{:?}", t.dtype(), t.dims()),
+                r,
+                None,
+            )
+        }
+        7 => {
+            let (a, b) = (ax(rng), ax(rng));
+            let r = match rng.below(3) {
+                0 => t.squeeze(a),
+                1 => t.unsqueeze(a),
+                _ => t.transpose(a, b),
+            };
+            (
+                format!("squeeze/unsqueeze/transpose({a}, {b}) of {:?}", t.dims()),
+                r,
+                None,
+            )
+        }
+        8 => {
+            let (v, d, dt) = (
+                rng.pick(&FLOAT_SPECIALS),
+                random_dims(rng),
+                random_dtype(rng),
+            );
+            let v = if rng.one_in(2) {
+                rng.pick(&[0.5, 256.0, -1.0, 3e9, 1e19])
+            } else {
+                v
+            };
+            (
+                format!("full({v}, {d:?}, {dt})"),
+                Tensor::full(v, &d, dt, &dev),
+                None,
+            )
+        }
+        9 => {
+            let s = rng.pick(&[0.0, f64::NAN, 1.0, -1.0, 0.5, f64::INFINITY]);
+            let a = rng.pick(&[0.0, f64::NEG_INFINITY, -2.5, 300.0]);
+            let dt = random_dtype(rng);
+            (
+                format!("arange_step({a}, 5, {s}, {dt})"),
+                Tensor::arange_step(a, 5.0, s, dt, &dev),
+                None,
+            )
+        }
+        10 => {
+            let d = random_dims(rng);
+            let n = d.iter().product::<usize>() + 1 + rng.below(3);
+            (
+                format!("from_slice({n} values, {d:?})"),
+                Tensor::from_slice(&vec![1.0f32; n], &d, &dev),
+                None,
+            )
+        }
+        11 => {
+            let r = if rng.one_in(2) {
+                t.to_vec::<i64>().map(|_| t.clone())
+            } else {
+                t.item::<f32>().map(|_| t.clone())
+            };
+            (
+                format!("to_vec/item of {}{:?}", t.dtype(), t.dims()),
+                r,
+                None,
+            )
+        }
+        12 => {
+            let v = rng.pick(&[0.5, -1.0, 256.0, 1e10, f64::NAN, 1e19, 2.0]);
+            let r = match rng.below(3) {
+                0 => t.add_scalar(v),
+                1 => t.pow_scalar(v),
+                _ => t.lt_scalar(v),
+            };
+            (
+                format!("scalar op {v} on {}{:?}", t.dtype(), t.dims()),
+                r,
+                None,
+            )
+        }
+        13 => {
+            let b = rng.pick(BinaryOp::ALL);
+            let r = Tensor::apply_op(Op::Binary(b), &[&t, &u]);
+            (
+                format!(
+                    "{}({}{:?}, {}{:?})",
+                    b.name(),
+                    t.dtype(),
+                    t.dims(),
+                    u.dtype(),
+                    u.dims()
+                ),
+                r,
+                None,
+            )
+        }
+        14 => {
+            let w = pool[rng.below(pool.len())].clone();
+            (
+                format!("where_cond({}, {}, {})", t.dtype(), u.dtype(), w.dtype()),
+                t.where_cond(&u, &w),
+                None,
+            )
+        }
+        15 => {
+            let (a, k) = (ax(rng), rng.one_in(2));
+            (
+                format!("argmax({a}) of {}{:?}", t.dtype(), t.dims()),
+                t.argmax(a, k),
+                None,
+            )
+        }
+        16 => {
+            let d = random_dims(rng);
+            (
+                format!("broadcast_to({d:?}) of {:?}", t.dims()),
+                t.broadcast_to(&d),
+                None,
+            )
+        }
+        _ => {
+            let dt = random_dtype(rng);
+            (format!("to_dtype({dt})"), t.to_dtype(dt), None)
+        }
+    }
+}
+
+#[test]
+fn bad_inputs() {
+    let seed = env_u64("FUZZ_SEED").unwrap_or(DEFAULT_SEED);
+    let cases = if cfg!(debug_assertions) { 1500 } else { 4000 };
+    let dev = common::dev();
+    let _f = FusionGuard::new(true);
+    let mut rng = Rng::new(seed ^ 0xbad);
+    let (mut errs, mut oks) = (0, 0);
+    for case in 0..cases {
+        // Materialised leaves plus one pending tensor.
+        let mut pool: Vec<Tensor> = (0..4)
+            .map(|_| {
+                let (d, t) = (random_dims(&mut rng), random_dtype(&mut rng));
+                Tensor::from_host(&random_data(&mut rng, &d, t), &dev).unwrap()
+            })
+            .collect();
+        pool.push(Tensor::full(1.0, &random_dims(&mut rng), random_dtype(&mut rng), &dev).unwrap());
+        let before = pending_ops(&dev);
+        let outcome = catch_unwind(AssertUnwindSafe(|| random_call(&mut rng, &pool)));
+        let (what, result, well_typed) = match outcome {
+            Ok(x) => x,
+            Err(_) => panic!("case {case}: an API call panicked (seed {seed:#x})"),
+        };
+        match result {
+            Ok(_) => {
+                oks += 1;
+                assert_ne!(
+                    well_typed,
+                    Some(false),
+                    "case {case}: {what} was accepted but inference rejects it"
+                );
+            }
+            Err(e) => {
+                errs += 1;
+                assert_ne!(
+                    well_typed,
+                    Some(true),
+                    "case {case}: {what} was rejected but inference accepts it: {e}"
+                );
+                assert_eq!(
+                    pending_ops(&dev),
+                    before,
+                    "case {case}: {what} returned Err ({e}) but left a node in the graph"
+                );
+            }
+        }
+        drop(pool);
+        lazyfuse::sync();
+    }
+    eprintln!("bad_inputs: {cases} calls, {errs} rejected, {oks} accepted");
+}
+
+// Regression tests: minimal programs the fuzzer found, in the form it prints.
+
+/// Interpreter bug: it flushed subnormal operands of float `neg`/`abs` to
+/// ±0, but XLA (CPU and GPU) lowers both to a sign-bit flip/clear that keeps
+/// them. Fixed in `ir/src/interp/elementwise.rs` (`sign_bit_op`).
+#[test]
+fn neg_and_abs_keep_subnormals() {
+    let program = Program {
+        steps: vec![
+            Step::Input(HostTensor::from_f64(
+                &[1e-40, -1e-40, -0.0, 2.5],
+                Shape::new(&[4]),
+                DType::F32,
+            )), // v0
+            Step::Input(HostTensor::from_f64(
+                &[1e-310, -1e-310],
+                Shape::new(&[2]),
+                DType::F64,
+            )), // v1
+            Step::Apply {
+                op: Op::Unary(UnaryOp::Neg),
+                args: vec![0],
+            }, // v2
+            Step::Apply {
+                op: Op::Unary(UnaryOp::Abs),
+                args: vec![0],
+            }, // v3
+            Step::Apply {
+                op: Op::Unary(UnaryOp::Neg),
+                args: vec![1],
+            }, // v4
+            Step::Apply {
+                op: Op::Unary(UnaryOp::Abs),
+                args: vec![1],
+            }, // v5
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+}
+
+/// Lowering bug: XLA's CPU `power` reads its operands' bits, so a subnormal
+/// exponent was not treated as zero (flush-to-zero, as the interpreter and
+/// every other arithmetic op do): `pow(-0.13, 1e-40)` gave NaN instead of 1,
+/// and a subnormal base gave a tiny power instead of `0^y`. Fixed in
+/// `src/lower/ops.rs` (`flush_subnormals` on pow operands).
+#[test]
+fn pow_flushes_subnormal_operands() {
+    let program = Program {
+        steps: vec![
+            Step::Input(HostTensor::from_f64(
+                &[-0.13, 0.5, 1e-40, -1e-40, 2.0],
+                Shape::new(&[5]),
+                DType::F32,
+            )), // v0
+            Step::Input(HostTensor::from_f64(
+                &[1e-40, -1e-40, 0.5, 2.0, 1e-40],
+                Shape::new(&[5]),
+                DType::F32,
+            )), // v1
+            Step::Scalar {
+                op: Op::Binary(BinaryOp::Pow),
+                arg: 0,
+                value: 1e-40,
+            }, // v2
+            Step::Apply {
+                op: Op::Binary(BinaryOp::Pow),
+                args: vec![0, 1],
+            }, // v3
+            Step::Input(HostTensor::from_f64(
+                &[-0.5, 1e-310],
+                Shape::new(&[2]),
+                DType::F64,
+            )), // v4
+            Step::Scalar {
+                op: Op::Binary(BinaryOp::Pow),
+                arg: 4,
+                value: 1e-310,
+            }, // v5
+            Step::Apply {
+                op: Op::Convert(DType::BF16),
+                args: vec![1],
+            }, // v6
+            Step::Apply {
+                op: Op::Binary(BinaryOp::Pow),
+                args: vec![6, 6],
+            }, // v7
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+}
+
+/// Fusion bug (XLA compile option): with XLA's default
+/// `xla_allow_excess_precision`, a fused `to_dtype(f32)` of a bf16 `exp`
+/// skipped the bf16 rounding (XLA removed the f32 -> bf16 -> f32 convert
+/// pair), so fused and unfused results differed: 6.4197 vs 6.40625. Fixed by
+/// compiling with the option off (`src/pjrt/options.rs`).
+#[test]
+fn fusion_keeps_half_precision_rounding() {
+    let program = Program {
+        steps: vec![
+            Step::Input(HostTensor::from_f64(
+                &[1.859375, -0.30078125, 2.109375],
+                Shape::new(&[3]),
+                DType::BF16,
+            )), // v0
+            Step::Apply {
+                op: Op::Unary(UnaryOp::Exp),
+                args: vec![0],
+            }, // v1
+            Step::Apply {
+                op: Op::Convert(DType::F32),
+                args: vec![1],
+            }, // v2
+            Step::Input(HostTensor::from_f64(
+                &[0.1, 1e-3],
+                Shape::new(&[2]),
+                DType::F16,
+            )), // v3
+            Step::Scalar {
+                op: Op::Binary(BinaryOp::Mul),
+                arg: 3,
+                value: 3.0,
+            }, // v4
+            Step::Apply {
+                op: Op::Convert(DType::F64),
+                args: vec![4],
+            }, // v5
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+}
+
+/// Lowering bug: XLA's integer `power` only uses the low 6 bits of the
+/// exponent, so with wrapping semantics `115^119` (i32) came out as `115^55`
+/// and `2^64` as 1 instead of 0. The lowering now emits square-and-multiply
+/// over every exponent bit (`src/lower/ops.rs`, `int_pow`).
+#[test]
+fn int_pow_uses_every_exponent_bit() {
+    let program = Program {
+        steps: vec![
+            Step::Input(HostTensor::from_i64(
+                &[115, 2, -3, -1, 1, 7, 0, 5],
+                Shape::new(&[8]),
+                DType::I32,
+            )), // v0
+            Step::Input(HostTensor::from_i64(
+                &[119, 64, 65, -7, -9, -2, 0, 1 << 20],
+                Shape::new(&[8]),
+                DType::I32,
+            )), // v1
+            Step::Apply {
+                op: Op::Binary(BinaryOp::Pow),
+                args: vec![0, 1],
+            }, // v2
+            Step::Apply {
+                op: Op::Convert(DType::I64),
+                args: vec![0],
+            }, // v3
+            Step::Input(HostTensor::from_i64(
+                &[119, 64, 1 << 40, -8, -9, 63, 0, i64::MAX],
+                Shape::new(&[8]),
+                DType::I64,
+            )), // v4
+            Step::Apply {
+                op: Op::Binary(BinaryOp::Pow),
+                args: vec![3, 4],
+            }, // v5
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+}
+
+/// Lowering bug: XLA's CPU bf16 `EQ`/`NE` compare a subnormal at its true
+/// value while ordered compares read it as zero (flush-to-zero), so
+/// `eq_scalar(-0.0)` of -9e-41 was false although `gt`/`lt` said neither
+/// (found by fuzz_ops, FUZZ_SEED=2). The lowering now flushes bf16 compare
+/// operands (`src/lower/ops.rs`, `compare`).
+#[test]
+fn bf16_compare_reads_subnormals_as_zero() {
+    let sub = 9.183549615799121e-41;
+    let program = Program {
+        steps: vec![
+            Step::Input(HostTensor::from_f64(
+                &[sub, -sub, 1.0, 0.0, -0.0, f64::NAN],
+                Shape::new(&[6]),
+                DType::BF16,
+            )), // v0
+            Step::Scalar {
+                op: Op::Compare(CmpOp::Eq),
+                arg: 0,
+                value: -0.0,
+            }, // v1
+            Step::Scalar {
+                op: Op::Compare(CmpOp::Ne),
+                arg: 0,
+                value: 0.0,
+            }, // v2
+            Step::Apply {
+                op: Op::Reshape(Shape::new(&[3, 2])),
+                args: vec![0],
+            }, // v3
+            Step::Input(HostTensor::from_f64(
+                &[0.0, sub],
+                Shape::new(&[2]),
+                DType::BF16,
+            )), // v4
+            Step::Apply {
+                op: Op::Compare(CmpOp::Eq),
+                args: vec![3, 4],
+            }, // v5
+            Step::Apply {
+                op: Op::Compare(CmpOp::Le),
+                args: vec![4, 3],
+            }, // v6
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+}
+
+/// XLA CPU quirk, not fixed: a bf16 constant holding a subnormal comes back
+/// flushed to zero for some shapes (`[3, 2]`, not `[2, 3]` or `[6]`), though
+/// constants and layout ops are documented to keep bits (found by fuzz_ops,
+/// FUZZ_SEED=3). Inside XLA's CPU emitter, not in lazyfuse's lowering; the
+/// fuzz oracle tolerates a bf16 subnormal flushed to a zero of its sign.
+#[test]
+#[ignore = "XLA CPU flushes bf16 subnormal constants of shape [3, 2] (upstream quirk)"]
+fn bf16_constant_keeps_subnormals() {
+    let dev = common::dev();
+    for fuse in [true, false] {
+        let _g = FusionGuard::new(fuse);
+        let t = Tensor::full(1e-40, &[3, 2], DType::BF16, &dev).unwrap();
+        let want = HostTensor::from_f64(&[1e-40; 6], Shape::new(&[3, 2]), DType::BF16);
+        assert_eq!(t.to_host().unwrap().bytes, want.bytes, "fuse={fuse}");
+    }
+}

@@ -1,0 +1,580 @@
+//! From genes to well-typed programs.
+//!
+//! A [`Gene`] is a handful of raw numbers. [`build`] reads each gene as "do
+//! an action of this kind, choosing operands and attributes with these
+//! numbers", repairing choices so the step is well typed (operands of the
+//! right dtype and a broadcast-compatible shape are picked among the live
+//! values, or created as fresh inputs) and skipping a step that still fails
+//! shape/dtype inference. So *every* gene list is a valid program: proptest
+//! (and libFuzzer, through `arbitrary`) can drop and simplify genes freely,
+//! which is what makes shrinking work.
+
+use super::program::{Program, Step};
+use super::values::{
+    literal_for, random_data, random_dim, random_dims, random_dtype, scalar_candidates, Rng,
+};
+use lazyfuse::ir::{infer, Axes, BinaryOp, CmpOp, DType, Op, ReduceOp, Shape, UnaryOp};
+
+/// The raw material of one step. Smaller numbers give simpler steps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Gene {
+    /// Which action (see [`Action`]), modulo the weighted action table.
+    pub kind: u8,
+    /// Chooses the first operand.
+    pub a: u16,
+    /// Chooses the op within its family, or a second operand.
+    pub b: u16,
+    /// Chooses attributes (axes, keepdim, ...) or another operand.
+    pub c: u16,
+    /// Seeds new data and shapes.
+    pub seed: u32,
+}
+
+/// What a gene does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Action {
+    Input,
+    Full,
+    Arange,
+    Unary,
+    Binary,
+    Scalar,
+    Compare,
+    Select,
+    Convert,
+    Reduce,
+    ArgMax,
+    Reshape,
+    Permute,
+    Broadcast,
+    Slice,
+    Concat,
+    MatMul,
+    Read,
+    Drop,
+    ReadOnThread,
+    Sync,
+}
+
+/// Weighted action table, indexed by `kind % 64`.
+const ACTIONS: [(Action, usize); 21] = [
+    (Action::Input, 3),
+    (Action::Full, 2),
+    (Action::Arange, 1),
+    (Action::Unary, 6),
+    (Action::Binary, 7),
+    (Action::Scalar, 4),
+    (Action::Compare, 3),
+    (Action::Select, 3),
+    (Action::Convert, 4),
+    (Action::Reduce, 5),
+    (Action::ArgMax, 2),
+    (Action::Reshape, 3),
+    (Action::Permute, 3),
+    (Action::Broadcast, 2),
+    (Action::Slice, 3),
+    (Action::Concat, 2),
+    (Action::MatMul, 3),
+    (Action::Read, 3),
+    (Action::Drop, 2),
+    (Action::ReadOnThread, 2),
+    (Action::Sync, 1),
+];
+
+fn action(kind: u8) -> Action {
+    let total: usize = ACTIONS.iter().map(|a| a.1).sum();
+    let mut k = kind as usize % total;
+    for &(a, w) in &ACTIONS {
+        if k < w {
+            return a;
+        }
+        k -= w;
+    }
+    unreachable!()
+}
+
+#[derive(Clone)]
+struct Val {
+    shape: Shape,
+    dtype: DType,
+    alive: bool,
+}
+
+struct Builder {
+    vals: Vec<Val>,
+    steps: Vec<Step>,
+    rng: Rng,
+}
+
+/// Builds the well-typed program the genes describe (deterministic).
+pub fn build(genes: &[Gene]) -> Program {
+    let mut b = Builder {
+        vals: Vec::new(),
+        steps: Vec::new(),
+        rng: Rng::new(0),
+    };
+    for g in genes {
+        b.rng = Rng::new(
+            (g.seed as u64) << 32
+                ^ (g.kind as u64) << 24
+                ^ (g.a as u64) << 12
+                ^ g.b as u64
+                ^ (g.c as u64) << 44,
+        );
+        b.gene(g);
+    }
+    Program { steps: b.steps }
+}
+
+impl Builder {
+    fn live(&self, pred: &dyn Fn(&Val) -> bool) -> Vec<usize> {
+        (0..self.vals.len())
+            .filter(|&i| self.vals[i].alive && pred(&self.vals[i]))
+            .collect()
+    }
+
+    /// A live value satisfying `pred`, chosen by `sel`.
+    fn pick(&self, sel: u16, pred: &dyn Fn(&Val) -> bool) -> Option<usize> {
+        let c = self.live(pred);
+        (!c.is_empty()).then(|| c[sel as usize % c.len()])
+    }
+
+    fn input(&mut self, dims: &[usize], dtype: DType) -> usize {
+        let h = random_data(&mut self.rng, dims, dtype);
+        self.steps.push(Step::Input(h));
+        self.define(Shape::new(dims), dtype)
+    }
+
+    fn define(&mut self, shape: Shape, dtype: DType) -> usize {
+        self.vals.push(Val {
+            shape,
+            dtype,
+            alive: true,
+        });
+        self.vals.len() - 1
+    }
+
+    /// A live value satisfying `pred` or else a fresh input of `dims`/`dtype`.
+    fn pick_or_input(
+        &mut self,
+        sel: u16,
+        pred: &dyn Fn(&Val) -> bool,
+        make: impl FnOnce(&mut Rng) -> (Vec<usize>, DType),
+    ) -> usize {
+        match self.pick(sel, pred) {
+            Some(i) => i,
+            None => {
+                let (d, t) = make(&mut self.rng);
+                self.input(&d, t)
+            }
+        }
+    }
+
+    /// Records `op` on `args` if inference accepts it.
+    fn apply(&mut self, op: Op, args: Vec<usize>) -> Option<usize> {
+        let operands: Vec<(&Shape, DType)> = args
+            .iter()
+            .map(|&i| (&self.vals[i].shape, self.vals[i].dtype))
+            .collect();
+        let (shape, dtype) = infer(&op, &operands).ok()?;
+        self.steps.push(Step::Apply { op, args });
+        Some(self.define(shape, dtype))
+    }
+
+    /// A shape that broadcasts with `dims`: some dims set to 1, leading dims
+    /// dropped or one added.
+    fn broadcast_partner(&mut self, dims: &[usize]) -> Vec<usize> {
+        let mut d: Vec<usize> = dims
+            .iter()
+            .map(|&x| if self.rng.one_in(3) { 1 } else { x })
+            .collect();
+        if !d.is_empty() && self.rng.one_in(3) {
+            let k = self.rng.below(d.len() + 1);
+            d.drain(..k);
+        } else if d.len() < 4 && self.rng.one_in(6) {
+            d.insert(0, self.rng.pick(&[1, 2, 3]));
+        }
+        d
+    }
+
+    /// Second operand of a broadcasting op with first operand `x`.
+    fn partner(&mut self, x: usize, sel: u16) -> usize {
+        let (xs, xd) = (self.vals[x].shape.clone(), self.vals[x].dtype);
+        let fresh = sel % 4 == 0;
+        let compatible = |v: &Val| {
+            v.dtype == xd && Shape::broadcast(&v.shape, &xs).is_some_and(|s| s.rank() <= 4)
+        };
+        match (!fresh).then(|| self.pick(sel / 4, &compatible)).flatten() {
+            Some(y) => y,
+            None => {
+                let d = self.broadcast_partner(xs.dims());
+                self.input(&d, xd)
+            }
+        }
+    }
+
+    fn any_input(rng: &mut Rng) -> (Vec<usize>, DType) {
+        (random_dims(rng), random_dtype(rng))
+    }
+
+    fn float_input(rng: &mut Rng) -> (Vec<usize>, DType) {
+        let d = random_dtype(rng);
+        (random_dims(rng), if d.is_float() { d } else { DType::F32 })
+    }
+
+    fn gene(&mut self, g: &Gene) {
+        let numeric = |v: &Val| v.dtype.is_numeric();
+        let any = |_: &Val| true;
+        match action(g.kind) {
+            Action::Input => {
+                let (d, t) = Self::any_input(&mut self.rng);
+                self.input(&d, t);
+            }
+            Action::Full => {
+                let (dims, dtype) = Self::any_input(&mut self.rng);
+                let cands = scalar_candidates(dtype);
+                let value = cands[g.b as usize % cands.len()];
+                let op = Op::Constant {
+                    value: literal_for(value, dtype),
+                    shape: Shape::new(&dims),
+                    dtype,
+                };
+                if infer(&op, &[]).is_ok() {
+                    self.steps.push(Step::Full {
+                        value,
+                        dims: dims.clone(),
+                        dtype,
+                    });
+                    self.define(Shape::new(&dims), dtype);
+                }
+            }
+            Action::Arange => {
+                let dtype = random_dtype(&mut self.rng);
+                let start = self.rng.pick(&[0.0, -3.0, 2.0, 0.5]);
+                let step = self.rng.pick(&[1.0, -1.0, 3.0, 0.5, 0.25]);
+                let len = random_dim(&mut self.rng) + self.rng.below(4);
+                let op = Op::Arange {
+                    start: literal_for(start, dtype),
+                    step: literal_for(step, dtype),
+                    len,
+                    dtype,
+                };
+                if infer(&op, &[]).is_ok() {
+                    self.steps.push(Step::Arange {
+                        start,
+                        step,
+                        len,
+                        dtype,
+                    });
+                    self.define(Shape::new(&[len]), dtype);
+                }
+            }
+            Action::Unary => {
+                let u = UnaryOp::ALL[g.b as usize % UnaryOp::ALL.len()];
+                let x = if matches!(u, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu) {
+                    self.pick_or_input(g.a, &numeric, Self::any_input)
+                } else {
+                    self.pick_or_input(g.a, &|v| v.dtype.is_float(), Self::float_input)
+                };
+                self.apply(Op::Unary(u), vec![x]);
+            }
+            Action::Binary | Action::Compare => {
+                let x = if action(g.kind) == Action::Binary {
+                    self.pick_or_input(g.a, &numeric, Self::float_input)
+                } else {
+                    self.pick_or_input(g.a, &any, Self::any_input)
+                };
+                let y = self.partner(x, g.c);
+                let args = if g.c & 0x100 != 0 {
+                    vec![y, x]
+                } else {
+                    vec![x, y]
+                };
+                let op = if action(g.kind) == Action::Binary {
+                    let b = BinaryOp::ALL[g.b as usize % BinaryOp::ALL.len()];
+                    Op::Binary(b)
+                } else {
+                    Op::Compare(CmpOp::ALL[g.b as usize % CmpOp::ALL.len()])
+                };
+                self.apply(op, args);
+            }
+            Action::Scalar => {
+                let x = self.pick_or_input(g.a, &any, Self::any_input);
+                let dtype = self.vals[x].dtype;
+                let op = if g.b % 2 == 0 && dtype.is_numeric() {
+                    Op::Binary(BinaryOp::ALL[(g.b / 2) as usize % BinaryOp::ALL.len()])
+                } else {
+                    Op::Compare(CmpOp::ALL[(g.b / 2) as usize % CmpOp::ALL.len()])
+                };
+                let cands = scalar_candidates(dtype);
+                let value = cands[g.c as usize % cands.len()];
+                let c = Op::Constant {
+                    value: literal_for(value, dtype),
+                    shape: Shape::scalar(),
+                    dtype,
+                };
+                let scalar = Shape::scalar();
+                let ok = infer(&c, &[]).is_ok()
+                    && infer(&op, &[(&self.vals[x].shape, dtype), (&scalar, dtype)]).is_ok();
+                if ok {
+                    let shape = self.vals[x].shape.clone();
+                    let out = if matches!(op, Op::Compare(_)) {
+                        DType::Bool
+                    } else {
+                        dtype
+                    };
+                    self.steps.push(Step::Scalar { op, arg: x, value });
+                    self.define(shape, out);
+                }
+            }
+            Action::Select => {
+                let x = self.pick_or_input(g.b, &any, Self::any_input);
+                let y = self.partner(x, g.c);
+                let xs = self.vals[x].shape.clone();
+                let cond = match self.pick(g.a, &|v: &Val| {
+                    v.dtype == DType::Bool && Shape::broadcast(&v.shape, &xs).is_some()
+                }) {
+                    Some(c) if g.a % 3 != 0 => c,
+                    _ => {
+                        let d = self.broadcast_partner(xs.dims());
+                        self.input(&d, DType::Bool)
+                    }
+                };
+                self.apply(Op::Select, vec![cond, x, y]);
+            }
+            Action::Convert => {
+                let x = self.pick_or_input(g.a, &any, Self::any_input);
+                self.apply(Op::Convert(DType::ALL[g.b as usize % 8]), vec![x]);
+            }
+            Action::Reduce => {
+                let mut r = ReduceOp::ALL[g.b as usize % ReduceOp::ALL.len()];
+                let x = self.pick_or_input(g.a, &numeric, Self::float_input);
+                let v = self.vals[x].clone();
+                if r == ReduceOp::Mean && !v.dtype.is_float() {
+                    r = ReduceOp::Sum;
+                }
+                let axes: Axes = (0..v.shape.rank()).filter(|i| g.c >> i & 1 == 1).collect();
+                let zero_axis = axes.iter().any(|&a| v.shape.dims()[a] == 0);
+                if zero_axis && matches!(r, ReduceOp::Max | ReduceOp::Min) {
+                    r = ReduceOp::Sum;
+                }
+                let keepdim = g.c & 0x10 != 0;
+                self.apply(
+                    Op::Reduce {
+                        op: r,
+                        axes,
+                        keepdim,
+                    },
+                    vec![x],
+                );
+            }
+            Action::ArgMax => {
+                let x = self.pick_or_input(
+                    g.a,
+                    &|v| v.dtype.is_numeric() && v.shape.numel() > 0 && v.shape.rank() > 0,
+                    |rng| {
+                        let mut d = random_dims(rng);
+                        d.retain(|&x| x > 0);
+                        d.push(3);
+                        (d, DType::F32)
+                    },
+                );
+                let rank = self.vals[x].shape.rank();
+                self.apply(
+                    Op::ArgMax {
+                        axis: g.c as usize % rank.max(1),
+                        keepdim: g.b % 2 == 1,
+                    },
+                    vec![x],
+                );
+            }
+            Action::Reshape => {
+                let x = self.pick_or_input(g.a, &any, Self::any_input);
+                let dims = self.vals[x].shape.dims().to_vec();
+                let n: usize = dims.iter().product();
+                let to: Vec<usize> = match g.b % 5 {
+                    0 => vec![n],
+                    1 => dims.iter().rev().copied().collect(),
+                    2 => dims.iter().copied().filter(|&d| d != 1).collect(),
+                    3 if dims.len() < 4 => {
+                        let mut d = dims.clone();
+                        d.insert(g.c as usize % (d.len() + 1), 1);
+                        d
+                    }
+                    _ if dims.len() >= 2 => {
+                        let k = g.c as usize % (dims.len() - 1);
+                        let mut d = dims.clone();
+                        let m = d.remove(k + 1);
+                        d[k] *= m;
+                        d
+                    }
+                    _ => vec![n, 1],
+                };
+                self.apply(Op::Reshape(Shape::new(&to)), vec![x]);
+            }
+            Action::Permute => {
+                let x = self.pick_or_input(g.a, &|v| v.shape.rank() >= 2, |rng| {
+                    let (mut d, t) = Self::any_input(rng);
+                    while d.len() < 2 {
+                        d.push(random_dim(rng));
+                    }
+                    (d, t)
+                });
+                let rank = self.vals[x].shape.rank();
+                let mut perm: Axes = (0..rank).collect();
+                for i in (1..rank).rev() {
+                    let j = self.rng.below(i + 1);
+                    perm.swap(i, j);
+                }
+                self.apply(Op::Permute(perm), vec![x]);
+            }
+            Action::Broadcast => {
+                let x = self.pick_or_input(g.a, &|v| v.shape.rank() < 4, Self::any_input);
+                let mut to: Vec<usize> = self.vals[x]
+                    .shape
+                    .dims()
+                    .iter()
+                    .map(|&d| if d == 1 { self.rng.pick(&[1, 2, 3]) } else { d })
+                    .collect();
+                if to.len() < 4 && g.c % 2 == 0 {
+                    to.insert(0, self.rng.pick(&[1, 2, 3, 0]));
+                }
+                self.apply(Op::BroadcastTo(Shape::new(&to)), vec![x]);
+            }
+            Action::Slice => {
+                let x = self.pick_or_input(g.a, &|v| v.shape.rank() >= 1, |rng| {
+                    let (mut d, t) = Self::any_input(rng);
+                    d.push(4);
+                    (d, t)
+                });
+                let dims = self.vals[x].shape.dims().to_vec();
+                let axis = g.c as usize % dims.len();
+                let start = self.rng.below(dims[axis] + 1);
+                let len = self.rng.below(dims[axis] - start + 1);
+                self.apply(Op::Slice { axis, start, len }, vec![x]);
+            }
+            Action::Concat => {
+                let x = self.pick_or_input(g.a, &|v| v.shape.rank() >= 1, |rng| {
+                    let (mut d, t) = Self::any_input(rng);
+                    d.push(2);
+                    (d, t)
+                });
+                let v = self.vals[x].clone();
+                let axis = g.c as usize % v.shape.rank();
+                let compatible = self.live(&|w| {
+                    w.dtype == v.dtype
+                        && w.shape.rank() == v.shape.rank()
+                        && (0..v.shape.rank())
+                            .all(|i| i == axis || w.shape.dims()[i] == v.shape.dims()[i])
+                });
+                let mut args = vec![x];
+                for _ in 0..g.b % 3 {
+                    args.push(compatible[self.rng.below(compatible.len())]);
+                }
+                self.apply(Op::Concat { axis }, args);
+            }
+            Action::MatMul => {
+                let x = self.pick_or_input(
+                    g.a,
+                    &|v| v.dtype.is_numeric() && v.shape.rank() >= 2,
+                    |rng| {
+                        let d = random_dtype(rng);
+                        let d = if d.is_numeric() { d } else { DType::F32 };
+                        let (mut s, _) = Self::any_input(rng);
+                        while s.len() < 2 {
+                            s.insert(0, random_dim(rng));
+                        }
+                        (s, d)
+                    },
+                );
+                let v = self.vals[x].clone();
+                let r = v.shape.rank();
+                let k = v.shape.dims()[r - 1];
+                let batch = &v.shape.dims()[..r - 2];
+                let fits = |w: &Val| {
+                    w.dtype == v.dtype
+                        && w.shape.rank() >= 2
+                        && w.shape.dims()[w.shape.rank() - 2] == k
+                        && Shape::broadcast(
+                            &Shape::new(&w.shape.dims()[..w.shape.rank() - 2]),
+                            &Shape::new(batch),
+                        )
+                        .is_some()
+                };
+                let y = match (g.c % 3 != 0).then(|| self.pick(g.c / 3, &fits)).flatten() {
+                    Some(y) => y,
+                    None => {
+                        let mut d = self.broadcast_partner(batch);
+                        d.push(k);
+                        d.push(random_dim(&mut self.rng));
+                        self.input(&d, v.dtype)
+                    }
+                };
+                self.apply(Op::MatMul, vec![x, y]);
+            }
+            Action::Read | Action::Drop | Action::ReadOnThread => {
+                if let Some(i) = self.pick(g.a, &any) {
+                    self.steps.push(match action(g.kind) {
+                        Action::Read => Step::Read(i),
+                        Action::Drop => {
+                            self.vals[i].alive = false;
+                            Step::Drop(i)
+                        }
+                        _ => Step::ReadOnThread(i),
+                    });
+                }
+            }
+            Action::Sync => self.steps.push(Step::Sync),
+        }
+    }
+}
+
+/// Greedy shrinking for drivers without proptest (the cargo-fuzz target):
+/// drops genes, then zeroes their fields, keeping each change that still
+/// `fails`. Returns a locally minimal failing gene list.
+pub fn shrink(genes: &[Gene], fails: &mut dyn FnMut(&[Gene]) -> bool) -> Vec<Gene> {
+    let mut cur = genes.to_vec();
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for i in (0..cur.len()).rev() {
+            let mut next = cur.clone();
+            next.remove(i);
+            if !next.is_empty() && fails(&next) {
+                cur = next;
+                changed = true;
+            }
+        }
+        for i in 0..cur.len() {
+            for field in 0..4 {
+                let mut next = cur.clone();
+                let g = &mut next[i];
+                let slot = match field {
+                    0 => &mut g.a,
+                    1 => &mut g.b,
+                    2 => &mut g.c,
+                    _ => {
+                        if g.seed == 0 {
+                            continue;
+                        }
+                        g.seed = 0;
+                        if fails(&next) {
+                            cur = next;
+                            changed = true;
+                        }
+                        continue;
+                    }
+                };
+                if *slot == 0 {
+                    continue;
+                }
+                *slot = 0;
+                if fails(&next) {
+                    cur = next;
+                    changed = true;
+                }
+            }
+        }
+    }
+    cur
+}
