@@ -507,7 +507,8 @@ fn own_error(op: &Op, operands: &[&HostTensor], result: &HostTensor) -> Vec<f64>
             | UnaryOp::Tanh
             | UnaryOp::Sigmoid
             | UnaryOp::Sin
-            | UnaryOp::Cos,
+            | UnaryOp::Cos
+            | UnaryOp::Erf,
         )
         | Op::Binary(BinaryOp::Pow) => ulps(4.0).iter().map(|e| e + 8.0 * u).collect(),
         Op::Reduce {

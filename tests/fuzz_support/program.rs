@@ -236,5 +236,10 @@ pub fn op_rust(op: &Op) -> String {
         }
         Op::Concat { axis } => format!("Op::Concat {{ axis: {axis} }}"),
         Op::MatMul => "Op::MatMul".into(),
+        Op::IndexSelect { axis } => format!("Op::IndexSelect {{ axis: {axis} }}"),
+        Op::RandomUniform { shape, dtype } => format!(
+            "Op::RandomUniform {{ shape: {}, dtype: DType::{dtype:?} }}",
+            shape_rust(shape)
+        ),
     }
 }
