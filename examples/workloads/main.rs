@@ -83,13 +83,14 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-fn run_peers(
+/// Runs one invocation of the peers script; returns its records and whether it succeeded.
+fn run_peers_once(
     python: &str,
-    systems: &str,
+    system: &str,
     names: &[String],
     iters: usize,
     warmup: usize,
-) -> Vec<Record> {
+) -> (Vec<Record>, bool) {
     let script =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/peers/workloads.py");
     let out = std::process::Command::new(python)
@@ -97,7 +98,7 @@ fn run_peers(
         .args(names)
         .args([
             "--systems",
-            systems,
+            system,
             "--iters",
             &iters.to_string(),
             "--warmup",
@@ -108,13 +109,10 @@ fn run_peers(
         Ok(o) => o,
         Err(e) => {
             eprintln!("cannot run peers with {python}: {e}");
-            return vec![];
+            return (vec![], false);
         }
     };
-    if !out.status.success() {
-        eprintln!("peers failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    }
-    String::from_utf8_lossy(&out.stdout)
+    let records = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split('\t').collect();
@@ -126,7 +124,41 @@ fn run_peers(
                 compiles_timed: None,
             })
         })
-        .collect()
+        .collect();
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let last = err
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        eprintln!("peer {system} failed on {names:?}: {last}");
+    }
+    (records, out.status.success())
+}
+
+/// Runs the peers, one system at a time; a system that crashes on one
+/// workload is rerun workload by workload so the others still count.
+fn run_peers(
+    python: &str,
+    systems: &str,
+    names: &[String],
+    iters: usize,
+    warmup: usize,
+) -> Vec<Record> {
+    let mut all = Vec::new();
+    for system in systems.split(',').filter(|s| !s.is_empty()) {
+        let (records, ok) = run_peers_once(python, system, names, iters, warmup);
+        if ok || names.len() == 1 {
+            all.extend(records);
+            continue;
+        }
+        for n in names {
+            let (r, _) = run_peers_once(python, system, std::slice::from_ref(n), iters, warmup);
+            all.extend(r);
+        }
+    }
+    all
 }
 
 fn main() {
