@@ -87,6 +87,7 @@ impl Runtime {
             ))
         })?;
         metrics::install_exit_report();
+        tune_malloc();
         let rt = Arc::new(Runtime {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             plugin_path: path.to_path_buf(),
@@ -302,4 +303,35 @@ fn drain_at_exit(rt: &Arc<Runtime>) {
             atexit(drain_executors);
         }
     });
+}
+
+/// Raises glibc's mmap and trim thresholds (unless the user set them through
+/// `MALLOC_MMAP_THRESHOLD_` / `MALLOC_TRIM_THRESHOLD_`, or `LAZYFUSE_MALLOC_TUNING=0`).
+/// Device buffers of a few MiB are otherwise mmapped and unmapped on every
+/// step, and the page faults of re-touching fresh pages cost as much as the
+/// computation (layernorm_gelu: 3.2 ms -> 1.5 ms per iteration on the CPU plugin).
+fn tune_malloc() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            let user_set = ["MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"]
+                .iter()
+                .any(|k| std::env::var_os(k).is_some());
+            let off = std::env::var("LAZYFUSE_MALLOC_TUNING").is_ok_and(|v| v.trim() == "0");
+            if user_set || off {
+                return;
+            }
+            extern "C" {
+                fn mallopt(param: std::ffi::c_int, value: std::ffi::c_int) -> std::ffi::c_int;
+            }
+            const M_TRIM_THRESHOLD: std::ffi::c_int = -1;
+            const M_MMAP_THRESHOLD: std::ffi::c_int = -3;
+            // SAFETY: mallopt only changes allocator tuning parameters.
+            unsafe {
+                mallopt(M_MMAP_THRESHOLD, 64 << 20);
+                mallopt(M_TRIM_THRESHOLD, 256 << 20);
+            }
+        });
+    }
 }
