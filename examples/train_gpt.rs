@@ -7,8 +7,8 @@
 //! the arithmetic, so the loss drops clearly within a few hundred steps.
 //! Pass a path to train on any UTF-8 text file instead.
 //!
-//! Every training step (forward, backward, AdamW) records two fused graphs
-//! that compile on the first step and then hit the cache; sampling feeds a
+//! Every training step (forward, backward, AdamW) records one fused graph
+//! that compiles on the first step and then hits the cache; sampling feeds a
 //! fixed-length window so it compiles once too.
 //! Run: `cargo run --release --example train_gpt [steps] [text-file]`
 

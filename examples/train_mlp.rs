@@ -2,7 +2,7 @@
 //! (10 noisy spiral arms in the plane), reporting held-out accuracy.
 //!
 //! Every step (forward, backward, AdamW update) is recorded lazily and runs
-//! as two fused XLA executables that are compiled once and then served from
+//! as one fused XLA executable that is compiled once and then served from
 //! the cache. Run: `cargo run --release --example train_mlp [steps]`
 
 #[path = "support/progress.rs"]

@@ -30,8 +30,8 @@ fn a_training_step_compiles_once_then_hits_the_cache() {
     let compiled = first.compiles - before.compiles;
     eprintln!("first step: {compiled} compiles");
     assert_eq!(
-        compiled, 2,
-        "one region for forward+backward, one for the update"
+        compiled, 1,
+        "forward, backward and update fuse into one region"
     );
     for s in 2..6 {
         opt.set_lr(0.01 / s as f64); // a new learning rate and step count: no recompile

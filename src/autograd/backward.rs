@@ -87,7 +87,6 @@ pub(super) fn run(root: &Tensor, retain: bool, loc: &'static Location<'static>) 
     let seed = root.ones_like()?;
     if let Meta::Leaf { grad, .. } = &**rm {
         accumulate(&mut grad.lock(), seed)?;
-        crate::sync();
         return Ok(());
     }
     let order = topo_order(rm, loc)?;
@@ -141,6 +140,8 @@ pub(super) fn run(root: &Tensor, retain: bool, loc: &'static Location<'static>) 
         }
     }
     drop(order);
-    crate::sync();
+    // No sync: the gradients stay pending like any other tensor, so the
+    // forward pass, the backward pass and the optimizer update (which syncs)
+    // fuse into one executable; reading a gradient flushes as usual.
     Ok(())
 }

@@ -8,7 +8,9 @@
 //! every composite (softmax, layer norm, attention, ...) is differentiable as
 //! soon as its primitives are. Gradients are ordinary recorded tensor ops:
 //! the backward pass lands in the same graph as the forward pass and fuses
-//! with it; the end of [`Tensor::backward`] is a sync point.
+//! with it. [`Tensor::backward`] does not wait: the gradients stay pending,
+//! so forward, backward and the optimizer update (which syncs) run as one
+//! fused executable.
 //!
 //! Tensors that do not take part pay one `OnceLock` load per operand when
 //! recorded. Leaves are marked with [`Tensor::set_requires_grad`] and
@@ -231,8 +233,8 @@ impl Tensor {
     /// Computes the gradient of this one-element float tensor with respect
     /// to every leaf that requires grad, adding it to their [`Tensor::grad`].
     /// The backward ops are recorded into the same graph as the forward ones
-    /// and the call ends with a sync point, so forward and backward run as one
-    /// fused graph. The recorded graph is released (a second backward through
+    /// and stay pending (reading a gradient flushes as usual), so forward,
+    /// backward and an optimizer update run as one fused graph. The recorded graph is released (a second backward through
     /// it is an `Err`; see [`Tensor::backward_retain_graph`]).
     #[track_caller]
     pub fn backward(&self) -> Result<()> {
