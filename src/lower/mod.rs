@@ -7,6 +7,7 @@
 //! it, so an XLA diagnostic points at user code. Implicit NumPy broadcasting
 //! of the IR becomes explicit `broadcast_in_dim`.
 
+mod contract;
 mod emit;
 mod index;
 mod ops;

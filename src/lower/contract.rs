@@ -1,0 +1,234 @@
+//! Lowering of reductions (NaN-aware extrema, f32 accumulation for half
+//! types), argmax (a variadic reduce with an associative tie-break) and
+//! batched matmul (`dot_general`, with a single GEMM for shared 2-D weights).
+
+use super::emit::{i64_array, ty, Emitter};
+use super::ops::compare_attr;
+use lazyfuse_ir::{CmpOp, DType, Literal, NodeId, ReduceOp, Shape};
+use std::fmt::Write;
+
+/// The identity element of a reduction.
+fn reduce_init(op: ReduceOp, dt: DType) -> Literal {
+    match (op, dt) {
+        (ReduceOp::Sum | ReduceOp::Mean, _) => Literal::Int(0),
+        (ReduceOp::Max, d) if d.is_float() => Literal::Float(f64::NEG_INFINITY),
+        (ReduceOp::Min, d) if d.is_float() => Literal::Float(f64::INFINITY),
+        (ReduceOp::Max, DType::I32) => Literal::Int(i32::MIN as i64),
+        (ReduceOp::Min, DType::I32) => Literal::Int(i32::MAX as i64),
+        (ReduceOp::Max, DType::I64) => Literal::Int(i64::MIN),
+        (ReduceOp::Min, DType::I64) => Literal::Int(i64::MAX),
+        (ReduceOp::Max, _) => Literal::Int(0),
+        (ReduceOp::Min, _) => Literal::Int(255),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn reduce(
+    e: &mut Emitter<'_>,
+    op: ReduceOp,
+    x: &str,
+    in_shape: &Shape,
+    axes: &[usize],
+    keepdim: bool,
+    out_shape: &Shape,
+    dt: DType,
+) -> String {
+    if axes.is_empty() {
+        return x.to_string();
+    }
+    // Half-precision sums accumulate in f32, as a serious runtime must.
+    let acc =
+        if matches!(dt, DType::BF16 | DType::F16) && matches!(op, ReduceOp::Sum | ReduceOp::Mean) {
+            DType::F32
+        } else {
+            dt
+        };
+    let xin = e.convert(x, in_shape, dt, acc);
+    let flat = lazyfuse_ir::reduced_shape(in_shape, axes, false);
+    let init = e.constant(reduce_init(op, acc), &Shape::scalar(), acc);
+    let body = match op {
+        ReduceOp::Sum | ReduceOp::Mean => "stablehlo.add",
+        ReduceOp::Max => "stablehlo.maximum",
+        ReduceOp::Min => "stablehlo.minimum",
+    };
+    let r = e.fresh();
+    let st = ty(&Shape::scalar(), acc);
+    let sb = ty(&Shape::scalar(), DType::Bool);
+    // Float max/min select NaN operands explicitly (see `extremum`).
+    let combine = if acc.is_float() && body != "stablehlo.add" {
+        let ne = compare_attr(CmpOp::Ne, acc);
+        format!(
+            "      {r}an = \"stablehlo.compare\"({r}a, {r}a) {{{ne}}} : ({st}, {st}) -> {sb}\n      {r}bn = \"stablehlo.compare\"({r}b, {r}b) {{{ne}}} : ({st}, {st}) -> {sb}\n      {r}d = \"stablehlo.select\"({r}bn, {r}b, {r}m) : ({sb}, {st}, {st}) -> {st}\n      {r}c = \"stablehlo.select\"({r}an, {r}a, {r}d) : ({sb}, {st}, {st}) -> {st}\n"
+        )
+    } else {
+        String::new()
+    };
+    let result = if combine.is_empty() {
+        format!("{r}m")
+    } else {
+        format!("{r}c")
+    };
+    let _ = writeln!(
+        e.body,
+        "    {r} = \"stablehlo.reduce\"({xin}, {init}) ({{\n    ^bb0({r}a: {st}, {r}b: {st}):\n      {r}m = \"{body}\"({r}a, {r}b) : ({st}, {st}) -> {st}\n{combine}      \"stablehlo.return\"({result}) : ({st}) -> ()\n    }}) {{dimensions = {}}} : ({}, {st}) -> {}",
+        i64_array(axes.iter().copied()),
+        ty(in_shape, acc),
+        ty(&flat, acc)
+    );
+    let mut v = r;
+    if op == ReduceOp::Mean {
+        let count: usize = axes.iter().map(|&a| in_shape.dims()[a]).product();
+        let c = e.constant(Literal::Float(count as f64), &flat, acc);
+        v = e.eltwise("stablehlo.divide", &[&v, &c], &flat, acc, acc);
+    }
+    let v = e.convert(&v, &flat, acc, dt);
+    if keepdim {
+        e.reshape(&v, &flat, out_shape, dt)
+    } else {
+        v
+    }
+}
+
+pub(super) fn argmax(
+    e: &mut Emitter<'_>,
+    x: &str,
+    in_shape: &Shape,
+    dt: DType,
+    axis: usize,
+    out_shape: &Shape,
+) -> String {
+    let flat = lazyfuse_ir::reduced_shape(in_shape, &[axis], false);
+    let idx = e.op(
+        "stablehlo.iota",
+        &[],
+        &format!("iota_dimension = {axis} : i64"),
+        &ty(in_shape, DType::I64),
+    );
+    let init_v = e.constant(reduce_init(ReduceOp::Max, dt), &Shape::scalar(), dt);
+    let init_i = e.constant(Literal::Int(0), &Shape::scalar(), DType::I64);
+    let r = e.fresh();
+    let sv = ty(&Shape::scalar(), dt);
+    let si = ty(&Shape::scalar(), DType::I64);
+    let sb = ty(&Shape::scalar(), DType::Bool);
+    let cmp = |c: CmpOp, d: DType| compare_attr(c, d);
+    // Pick a if: a is NaN and (b is not NaN or ai < bi); or neither is NaN and
+    // (a > b or (a == b and ai < bi)). Associative and commutative, so XLA may
+    // combine in any order.
+    let mut b = String::new();
+    let _ = writeln!(
+        b,
+        "    ^bb0({r}av: {sv}, {r}ai: {si}, {r}bv: {sv}, {r}bi: {si}):"
+    );
+    let mut line = |s: String| {
+        let _ = writeln!(b, "      {s}");
+    };
+    line(format!(
+        "{r}an = \"stablehlo.compare\"({r}av, {r}av) {{{}}} : ({sv}, {sv}) -> {sb}",
+        cmp(CmpOp::Ne, dt)
+    ));
+    line(format!(
+        "{r}bn = \"stablehlo.compare\"({r}bv, {r}bv) {{{}}} : ({sv}, {sv}) -> {sb}",
+        cmp(CmpOp::Ne, dt)
+    ));
+    line(format!(
+        "{r}gt = \"stablehlo.compare\"({r}av, {r}bv) {{{}}} : ({sv}, {sv}) -> {sb}",
+        cmp(CmpOp::Gt, dt)
+    ));
+    line(format!(
+        "{r}eq = \"stablehlo.compare\"({r}av, {r}bv) {{{}}} : ({sv}, {sv}) -> {sb}",
+        cmp(CmpOp::Eq, dt)
+    ));
+    line(format!(
+        "{r}lt = \"stablehlo.compare\"({r}ai, {r}bi) {{{}}} : ({si}, {si}) -> {sb}",
+        cmp(CmpOp::Lt, DType::I64)
+    ));
+    line(format!(
+        "{r}nbn = \"stablehlo.not\"({r}bn) : ({sb}) -> {sb}"
+    ));
+    line(format!(
+        "{r}t1 = \"stablehlo.or\"({r}nbn, {r}lt) : ({sb}, {sb}) -> {sb}"
+    ));
+    line(format!(
+        "{r}t2 = \"stablehlo.and\"({r}eq, {r}lt) : ({sb}, {sb}) -> {sb}"
+    ));
+    line(format!(
+        "{r}t3 = \"stablehlo.or\"({r}gt, {r}t2) : ({sb}, {sb}) -> {sb}"
+    ));
+    line(format!(
+        "{r}t4 = \"stablehlo.and\"({r}nbn, {r}t3) : ({sb}, {sb}) -> {sb}"
+    ));
+    line(format!(
+        "{r}pick = \"stablehlo.select\"({r}an, {r}t1, {r}t4) : ({sb}, {sb}, {sb}) -> {sb}"
+    ));
+    line(format!(
+        "{r}v = \"stablehlo.select\"({r}pick, {r}av, {r}bv) : ({sb}, {sv}, {sv}) -> {sv}"
+    ));
+    line(format!(
+        "{r}i = \"stablehlo.select\"({r}pick, {r}ai, {r}bi) : ({sb}, {si}, {si}) -> {si}"
+    ));
+    line(format!(
+        "\"stablehlo.return\"({r}v, {r}i) : ({sv}, {si}) -> ()"
+    ));
+    let _ = writeln!(
+        e.body,
+        "    {r}:2 = \"stablehlo.reduce\"({x}, {idx}, {init_v}, {init_i}) ({{\n{b}    }}) {{dimensions = {}}} : ({}, {}, {sv}, {si}) -> ({}, {})",
+        i64_array([axis]),
+        ty(in_shape, dt),
+        ty(in_shape, DType::I64),
+        ty(&flat, dt),
+        ty(&flat, DType::I64)
+    );
+    let v = format!("{r}#1");
+    e.reshape(&v, &flat, out_shape, DType::I64)
+}
+
+pub(super) fn matmul(e: &mut Emitter<'_>, id: NodeId) -> String {
+    let g = e.graph;
+    let node = g.node(id);
+    let (a, b) = (g.node(node.inputs[0]), g.node(node.inputs[1]));
+    let out = &node.shape;
+    let batch = &out.dims()[..out.rank() - 2];
+    let nb = batch.len();
+    let full = |s: &Shape| {
+        let mut d = batch.to_vec();
+        d.extend_from_slice(&s.dims()[s.rank() - 2..]);
+        Shape::new(&d)
+    };
+    let (sa, sb) = (full(&a.shape), full(&b.shape));
+    let va = e.value(node.inputs[0]);
+    let vb = e.value(node.inputs[1]);
+    let va = e.broadcast(&va, &a.shape, &sa, a.dtype);
+    if b.shape.dims()[..b.shape.rank() - 2].iter().all(|&d| d == 1) {
+        // `[..., m, k] x [k, n]` (a shared weight): one large GEMM with the
+        // batch dims folded into m, instead of materialising a broadcast
+        // weight and running many small batched GEMMs.
+        let kn = Shape::new(&b.shape.dims()[b.shape.rank() - 2..]);
+        let vb = e.reshape(&vb, &b.shape, &kn, b.dtype);
+        let attr = format!(
+            "dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [{}], rhs_contracting_dimensions = [0]>",
+            nb + 1
+        );
+        return e.op(
+            "stablehlo.dot_general",
+            &[(&va, ty(&sa, a.dtype)), (&vb, ty(&kn, b.dtype))],
+            &attr,
+            &ty(out, node.dtype),
+        );
+    }
+    let vb = e.broadcast(&vb, &b.shape, &sb, b.dtype);
+    let bd = (0..nb)
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let attr = format!(
+        "dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = [{bd}], rhs_batching_dimensions = [{bd}], lhs_contracting_dimensions = [{}], rhs_contracting_dimensions = [{}]>",
+        nb + 1,
+        nb
+    );
+    e.op(
+        "stablehlo.dot_general",
+        &[(&va, ty(&sa, a.dtype)), (&vb, ty(&sb, b.dtype))],
+        &attr,
+        &ty(out, node.dtype),
+    )
+}
