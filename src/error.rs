@@ -10,18 +10,26 @@ pub enum Error {
     /// before anything is recorded.
     #[error("{op}: {detail} (operands: {operands}) at {}", fmt_loc(.location))]
     Op {
+        /// The op the user called.
         op: &'static str,
+        /// What is wrong with the operands.
         detail: String,
+        /// The operands' dtypes and shapes, e.g. `f32[2, 3], f32[4]`.
         operands: String,
+        /// The caller's source location.
         location: &'static Location<'static>,
     },
     /// XLA failed to compile or run a region; surfaces at the sync point,
     /// naming the ops of the region and the user lines that recorded them.
     #[error("XLA {stage} failed for region {region} [{ops}]: {message}")]
     Xla {
+        /// `compile` or `execution`.
         stage: &'static str,
+        /// The region's key.
         region: String,
+        /// The region's ops with the lines that recorded them.
         ops: String,
+        /// XLA's own message.
         message: String,
     },
     /// The PJRT plugin could not be found, provisioned or loaded.

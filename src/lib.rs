@@ -16,6 +16,8 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod autograd;
 mod config;
 mod context;

@@ -14,6 +14,8 @@
 //! Other constants are cloned into each region that uses them instead of being
 //! computed on their own. Region keys are canonical (see [`RegionKey`]).
 
+#![warn(missing_docs)]
+
 mod key;
 mod plan;
 mod repeat;

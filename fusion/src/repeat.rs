@@ -46,8 +46,11 @@ impl Default for RepeatOptions {
 /// `start` (indices into the computed-node sequence).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Repeat {
+    /// Index of the first copy's first node in the sequence.
     pub start: usize,
+    /// Nodes per copy.
     pub len: usize,
+    /// Number of consecutive copies.
     pub count: usize,
     /// Whether each copy reads the previous copy's values (stacked layers)
     /// rather than being independent (one optimizer update per parameter).

@@ -7,13 +7,21 @@ use std::fmt;
 /// The element type of a tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
+    /// IEEE single precision: the default for model data.
     F32,
+    /// IEEE double precision: gradient checks and reference-grade math.
     F64,
+    /// bfloat16: f32's range with 8 bits of mantissa (training on accelerators).
     BF16,
+    /// IEEE half precision.
     F16,
+    /// 32-bit signed integer.
     I32,
+    /// 64-bit signed integer: indices, argmax results, class labels.
     I64,
+    /// 8-bit unsigned integer (image data).
     U8,
+    /// Boolean: comparison results and masks (one byte per element).
     Bool,
 }
 

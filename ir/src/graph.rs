@@ -16,9 +16,13 @@ pub type Inputs = SmallVec<[NodeId; 3]>;
 /// One recorded op with its inferred result type.
 #[derive(Clone, Debug)]
 pub struct Node {
+    /// The operation with its attributes.
     pub op: Op,
+    /// Operand nodes, in the op's operand order.
     pub inputs: Inputs,
+    /// Inferred result shape.
     pub shape: Shape,
+    /// Inferred result dtype.
     pub dtype: DType,
     /// Structural hash of the op, its attributes, its operands' hashes, shape
     /// and dtype. Never depends on tensor identity, node ids or addresses.

@@ -6,8 +6,11 @@ use crate::{DType, Element, Shape};
 /// (the exact layout PJRT transfers use).
 #[derive(Clone, Debug, PartialEq)]
 pub struct HostTensor {
+    /// Dimensions.
     pub shape: Shape,
+    /// Element type of `bytes`.
     pub dtype: DType,
+    /// `shape.numel() * dtype.size_in_bytes()` bytes, row-major, little-endian.
     pub bytes: Vec<u8>,
 }
 

@@ -6,6 +6,8 @@
 //! structural hashes, and the reference interpreter ([`interp`]) that is the
 //! executable definition of every op's semantics. Nothing here knows about XLA.
 
+#![warn(missing_docs)]
+
 mod dtype;
 mod graph;
 mod host;

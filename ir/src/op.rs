@@ -13,8 +13,11 @@ pub type Axes = SmallVec<[usize; 4]>;
 /// Floats compare and hash by bit pattern so NaN and -0.0 are distinct literals.
 #[derive(Clone, Copy, Debug)]
 pub enum Literal {
+    /// A float value (also used for integral values meant for float dtypes).
     Float(f64),
+    /// An integer value, exact for every integer dtype.
     Int(i64),
+    /// A boolean value.
     Bool(bool),
 }
 
@@ -63,7 +66,7 @@ macro_rules! op_family {
     ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $v:ident => $s:literal),* $(,)? }) => {
         $(#[$doc])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum $name { $($(#[$vdoc])* $v),* }
+        pub enum $name { $($(#[$vdoc])* #[doc = concat!("The `", $s, "` op.")] $v),* }
         impl $name {
             /// Every member of the family, for sweeping tests.
             pub const ALL: &'static [$name] = &[$($name::$v),*];
@@ -120,24 +123,36 @@ op_family!(
 pub enum Op {
     /// A materialised tensor entering the graph (a region parameter).
     Input {
+        /// Shape of the buffer.
         shape: Shape,
+        /// Dtype of the buffer.
         dtype: DType,
     },
     /// `value` converted to `dtype` and broadcast to `shape`.
     Constant {
+        /// The value before conversion.
         value: Literal,
+        /// Result shape.
         shape: Shape,
+        /// Result dtype.
         dtype: DType,
     },
     /// 1-D `start + i * step` for `i in 0..len`, computed in `dtype`.
     Arange {
+        /// First value.
         start: Literal,
+        /// Increment between consecutive values.
         step: Literal,
+        /// Number of values.
         len: usize,
+        /// Result dtype.
         dtype: DType,
     },
+    /// An elementwise unary op.
     Unary(UnaryOp),
+    /// An elementwise binary op with broadcasting.
     Binary(BinaryOp),
+    /// An elementwise comparison with broadcasting, producing bool.
     Compare(CmpOp),
     /// `where(cond, on_true, on_false)`, all three broadcast together.
     Select,
@@ -145,13 +160,18 @@ pub enum Op {
     Convert(DType),
     /// Reduce `axes` (sorted, unique). Mean needs a float dtype.
     Reduce {
+        /// Which reduction.
         op: ReduceOp,
+        /// Reduced axes, sorted and unique.
         axes: Axes,
+        /// Keep reduced axes as size 1.
         keepdim: bool,
     },
     /// Index (i64) of the first maximum along `axis`; NaN counts as the maximum.
     ArgMax {
+        /// The axis searched.
         axis: usize,
+        /// Keep the axis as size 1.
         keepdim: bool,
     },
     /// Same elements, new shape (row-major order).
@@ -162,12 +182,16 @@ pub enum Op {
     BroadcastTo(Shape),
     /// `len` elements from `start` along `axis`.
     Slice {
+        /// The sliced axis.
         axis: usize,
+        /// First index taken.
         start: usize,
+        /// Number of indices taken.
         len: usize,
     },
     /// Concatenation of all inputs along `axis`.
     Concat {
+        /// The axis joined along.
         axis: usize,
     },
     /// Batched matrix product `[..., m, k] x [..., k, n]` with broadcast batch dims.
@@ -178,6 +202,7 @@ pub enum Op {
     /// gather does), so an out-of-range index reads the nearest edge slice.
     /// Embedding lookups are this op on axis 0.
     IndexSelect {
+        /// The axis indexed.
         axis: usize,
     },
     /// Uniform `[0, 1)` values of float `dtype` and `shape` from a counter-based
@@ -186,7 +211,9 @@ pub enum Op {
     /// operand is the seed, an i64 scalar tensor (a tensor, not an attribute,
     /// so a new seed each step never recompiles). See `interp` for the hash.
     RandomUniform {
+        /// Result shape.
         shape: Shape,
+        /// Result dtype (float).
         dtype: DType,
     },
 }

@@ -7,10 +7,15 @@ use std::panic::Location;
 
 /// Multi-head self-attention where position `t` attends to positions `<= t`.
 pub struct CausalSelfAttention {
+    /// Fused query/key/value projection `C -> 3C`.
     pub c_attn: Linear,
+    /// Output projection `C -> C`.
     pub c_proj: Linear,
+    /// Number of heads (`C` must divide by it).
     pub n_head: usize,
+    /// Dropout on the attention weights.
     pub attn_drop: Dropout,
+    /// Dropout on the output.
     pub resid_drop: Dropout,
 }
 
@@ -77,11 +82,17 @@ impl Module for CausalSelfAttention {
 /// Pre-norm transformer block: `x + attn(ln1(x))`, then `x + mlp(ln2(x))`
 /// with a `C -> 4C -> C` GELU (tanh) MLP.
 pub struct Block {
+    /// Norm before attention.
     pub ln_1: LayerNorm,
+    /// Causal self-attention.
     pub attn: CausalSelfAttention,
+    /// Norm before the MLP.
     pub ln_2: LayerNorm,
+    /// MLP expansion `C -> 4C`.
     pub c_fc: Linear,
+    /// MLP projection `4C -> C`.
     pub c_proj: Linear,
+    /// Dropout on the MLP output.
     pub drop: Dropout,
 }
 

@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// `x @ weight + bias`, weight stored `[in, out]` so no transpose is needed.
 pub struct Linear {
+    /// `[in, out]` weight.
     pub weight: Param,
+    /// `[out]` bias, if any.
     pub bias: Option<Param>,
 }
 
@@ -61,11 +63,17 @@ impl Module for Linear {
 /// 2-D convolution over NCHW inputs ([`Tensor::conv2d`]): weight
 /// `[c_out, c_in / groups, kh, kw]`, optional bias `[c_out]`.
 pub struct Conv2d {
+    /// `[c_out, c_in / groups, kh, kw]` kernel.
     pub weight: Param,
+    /// `[c_out]` bias, if any.
     pub bias: Option<Param>,
+    /// Step between windows (rows, cols).
     pub stride: (usize, usize),
+    /// Zero padding on each side (rows, cols).
     pub padding: (usize, usize),
+    /// Spacing between kernel taps (rows, cols).
     pub dilation: (usize, usize),
+    /// Channel groups (`c_in` for depthwise).
     pub groups: usize,
 }
 
@@ -144,6 +152,7 @@ impl Module for Conv2d {
 
 /// A lookup table: integer ids `[...]` to rows `[..., dim]` of `weight`.
 pub struct Embedding {
+    /// `[vocab, dim]` table.
     pub weight: Param,
 }
 
@@ -195,8 +204,11 @@ impl Module for Embedding {
 
 /// Layer normalisation over the last dim with a learned scale and shift.
 pub struct LayerNorm {
+    /// `[dim]` scale.
     pub weight: Param,
+    /// `[dim]` shift.
     pub bias: Param,
+    /// Added to the variance before the square root.
     pub eps: f64,
 }
 
@@ -231,6 +243,7 @@ impl Module for LayerNorm {
 /// seed `s` uses seed `s + n`, so runs are reproducible and fused and unfused
 /// runs drop the same elements. Starts in training mode.
 pub struct Dropout {
+    /// Probability of zeroing an element in training mode.
     pub p: f64,
     seed: u64,
     calls: AtomicU64,
