@@ -14,33 +14,14 @@
 
 #[path = "support/progress.rs"]
 mod progress;
+#[path = "support/rng.rs"]
+mod rng;
 
 use lazyfuse::nn::{Block, Embedding, LayerNorm, Linear, Module, Param};
 use lazyfuse::optim::{params_of, AdamW, Optimizer};
 use lazyfuse::{metrics, no_grad, DType, Device, Result, Tensor};
 use progress::Progress;
-
-/// Deterministic splitmix64 stream.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
-        xs[self.below(xs.len())]
-    }
-    fn uniform(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
+use rng::Rng;
 
 const NUMBERS: [&str; 21] = [
     "zero",

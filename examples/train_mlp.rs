@@ -7,30 +7,16 @@
 
 #[path = "support/progress.rs"]
 mod progress;
+#[path = "support/rng.rs"]
+mod rng;
 
 use lazyfuse::nn::{Linear, Module, Param};
 use lazyfuse::optim::{params_of, AdamW, Optimizer};
 use lazyfuse::{metrics, no_grad, Device, Result, Tensor};
 use progress::Progress;
+use rng::Rng;
 
 const CLASSES: usize = 10;
-
-/// Deterministic splitmix64 stream for the data set.
-struct Rng(u64);
-
-impl Rng {
-    fn uniform(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn normal(&mut self) -> f64 {
-        let (u1, u2) = (1.0 - self.uniform(), self.uniform());
-        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
-    }
-}
 
 /// `n` points: class `k` lies on the arm `theta = 2 pi k / 10 + 2.5 r`,
 /// radius `r` uniform in `[0.15, 1]`, with Gaussian noise of 0.02 on each coordinate.
