@@ -79,8 +79,8 @@ impl Optimizer for AdamW {
         Ok(())
     }
 
-    fn zero_grad(&self) {
-        self.params.iter().for_each(Param::zero_grad);
+    fn params(&self) -> &[Param] {
+        &self.params
     }
 
     fn lr(&self) -> f64 {

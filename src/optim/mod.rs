@@ -1,10 +1,12 @@
 //! Optimizers: SGD (momentum, weight decay) and AdamW.
 //!
 //! An update is recorded as ordinary ops under `no_grad` for every parameter,
-//! then one sync runs the whole update as one fused graph. Everything that
-//! changes between steps (learning rate, AdamW's bias corrections) enters the
-//! graph as an uploaded scalar tensor, never as a compiled-in constant, so
-//! changing the learning rate or advancing the step count never recompiles.
+//! then one sync runs the whole update as one fused graph. Host scalars are
+//! region parameters anyway (the planner's scalar lifting), so a changing
+//! learning rate never recompiles; the per-step values (learning rate,
+//! AdamW's bias corrections) are additionally uploaded once per step as
+//! shared rank-0 tensors, so every parameter's update reads one buffer
+//! instead of each passing its own copy.
 //! State buffers are materialised at construction, so the first step records
 //! the same graph as every later one.
 
@@ -23,8 +25,12 @@ pub trait Optimizer {
     /// Applies one update from the parameters' accumulated gradients
     /// (parameters without a gradient are left alone) and syncs.
     fn step(&mut self) -> Result<()>;
+    /// The parameters this optimizer updates.
+    fn params(&self) -> &[Param];
     /// Clears every parameter's gradient.
-    fn zero_grad(&self);
+    fn zero_grad(&self) {
+        self.params().iter().for_each(Param::zero_grad);
+    }
     /// The learning rate of the next step.
     fn lr(&self) -> f64;
     /// Changes the learning rate (no recompilation).

@@ -54,8 +54,8 @@ impl Optimizer for Sgd {
         Ok(())
     }
 
-    fn zero_grad(&self) {
-        self.params.iter().for_each(Param::zero_grad);
+    fn params(&self) -> &[Param] {
+        &self.params
     }
 
     fn lr(&self) -> f64 {
