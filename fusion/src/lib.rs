@@ -1,10 +1,11 @@
 //! # lazyfuse-fusion
 //!
-//! Pure graph-to-plan logic: given a flushed [`Graph`] and the nodes that live
-//! tensors still hold, decide which nodes to compute and how to cut them into
-//! regions, each compiled and run as one XLA executable. Nothing here knows
-//! about XLA; every decision is deterministic (no timing, no thread state), so
-//! it can be pinned by golden tests and region counts.
+//! Pure graph-to-plan logic: given a flushed [`Graph`](lazyfuse_ir::Graph)
+//! and the nodes that live tensors still hold, decide which nodes to compute
+//! and how to cut them into regions, each compiled and run as one XLA
+//! executable. Nothing here knows about XLA; every decision is deterministic
+//! (no timing, no thread state), so it can be pinned by golden tests and
+//! region counts.
 //!
 //! Strategy: prune everything no live tensor needs; turn rank-0 host scalars
 //! into region parameters (scalar lifting: a changing learning rate never

@@ -121,19 +121,45 @@ pub fn plan(graph: &Graph, live: &[NodeId], opts: &PlanOptions) -> Plan {
 /// passed between regions that no live tensor holds, is donated to the last
 /// region that reads it when that region returns a value of the same shape
 /// and dtype. (Unfused mode never donates: it is the plain reference path.)
+///
+/// The steps, each a function of its own:
+/// 1. `prune`: keep only what the live nodes need;
+/// 2. `classify`: leaves become params, non-live constants are inlined
+///    (or lifted to params), everything else is computed, in order;
+/// 3. `cut`: cut the computed sequence into groups (`assign_groups`
+///    records each node's group);
+/// 4. `crossing_values`: values read across groups become outputs of
+///    their producer;
+/// 5. `build_regions`: one region per group, with params, inlined
+///    constants, outputs and key;
+/// 6. `donate`: with fusion on, dying params donate their buffers.
 pub fn plan_with_donation(
     graph: &Graph,
     live: &[NodeId],
     dying: &[NodeId],
     opts: &PlanOptions,
 ) -> Plan {
-    let n = graph.len();
-    let mut is_live = vec![false; n];
+    let mut is_live = vec![false; graph.len()];
     for &l in live {
         is_live[l.index()] = true;
     }
-    // 1. Prune: walk backwards from live nodes.
-    let mut needed = is_live.clone();
+    let needed = prune(graph, &is_live);
+    let (mut group, seq) = classify(graph, &is_live, &needed);
+    let groups = cut(graph, &seq, opts);
+    assign_groups(&mut group, &groups);
+    let crosses = crossing_values(graph, &groups, &group);
+    let mut local = vec![usize::MAX; graph.len()];
+    let mut regions = build_regions(graph, &groups, &group, &is_live, &crosses, &mut local);
+    if opts.fuse {
+        donate(graph, &mut regions, dying, &is_live, &mut local);
+    }
+    Plan { regions }
+}
+
+/// Step 1, prune: the nodes live ones need, by a backward walk (index order
+/// is topological).
+fn prune(graph: &Graph, is_live: &[bool]) -> Vec<bool> {
+    let mut needed = is_live.to_vec();
     for id in graph.ids().rev() {
         if needed[id.index()] {
             for &i in &graph.node(id).inputs {
@@ -141,10 +167,15 @@ pub fn plan_with_donation(
             }
         }
     }
-    // 2. Classify: leaves are params, non-live constants are inlined into
-    //    each region that uses them (liftable scalars become params instead),
-    //    everything else is computed.
-    let mut group = vec![UNASSIGNED; n];
+    needed
+}
+
+/// Step 2, classify: leaves are params (left [`UNASSIGNED`]), non-live
+/// constants are inlined into each region that uses them ([`INLINE`];
+/// liftable scalars become params instead, [`LIFTED`]), and everything else
+/// is computed: returned in order as the sequence to cut.
+fn classify(graph: &Graph, is_live: &[bool], needed: &[bool]) -> (Vec<u32>, Vec<NodeId>) {
+    let mut group = vec![UNASSIGNED; graph.len()];
     let mut seq: Vec<NodeId> = Vec::new();
     for id in graph.ids() {
         let node = graph.node(id);
@@ -161,15 +192,22 @@ pub fn plan_with_donation(
         }
         seq.push(id);
     }
-    // 3. Cut the computed sequence into groups.
-    let groups = cut(graph, &seq, opts);
+    (group, seq)
+}
+
+/// Step 3 (after [`cut`]): records the group of every computed node.
+fn assign_groups(group: &mut [u32], groups: &[Vec<NodeId>]) {
     for (g, members) in groups.iter().enumerate() {
         for &id in members {
             group[id.index()] = g as u32;
         }
     }
-    // 3. Values read across groups become outputs of their producer.
-    let mut crosses = vec![false; n];
+}
+
+/// Step 4, outputs: the values read by a group other than their producer's
+/// (leaves, inlined and lifted constants excluded) must be returned by it.
+fn crossing_values(graph: &Graph, groups: &[Vec<NodeId>], group: &[u32]) -> Vec<bool> {
+    let mut crosses = vec![false; graph.len()];
     for (g, members) in groups.iter().enumerate() {
         for &id in members {
             for &i in &graph.node(id).inputs {
@@ -180,9 +218,22 @@ pub fn plan_with_donation(
             }
         }
     }
-    // 4. Build regions.
+    crosses
+}
+
+/// Step 5, build regions: per group, its nodes (inlined constants it uses
+/// joined in, in id order), params numbered by first use, outputs (live or
+/// crossing values) and key. `local` is scratch for region-local numbering.
+fn build_regions(
+    graph: &Graph,
+    groups: &[Vec<NodeId>],
+    group: &[u32],
+    is_live: &[bool],
+    crosses: &[bool],
+    local: &mut [usize],
+) -> Vec<Region> {
+    let n = graph.len();
     let mut regions = Vec::with_capacity(groups.len());
-    let mut local = vec![usize::MAX; n];
     // Per-group membership stamps (group index + 1) keep building O(nodes).
     let mut in_region = vec![0u32; n];
     let mut is_param = vec![0u32; n];
@@ -230,13 +281,10 @@ pub fn plan_with_donation(
             key,
         });
     }
-    if opts.fuse {
-        donate(graph, &mut regions, dying, &is_live, &mut local);
-    }
-    Plan { regions }
+    regions
 }
 
-/// Assigns donations and re-keys the regions that received one.
+/// Step 6, donate: assigns donations and re-keys the regions that received one.
 fn donate(
     graph: &Graph,
     regions: &mut [Region],
@@ -294,7 +342,7 @@ fn donate(
     }
 }
 
-/// Cuts the computed sequence into groups: one node each without fusion;
+/// Step 3, cut: cuts the computed sequence into groups: one node each without fusion;
 /// otherwise repeated blocks become one group per repetition and the rest is
 /// packed up to the cost cap, with stand-alone ops alone.
 fn cut(graph: &Graph, seq: &[NodeId], opts: &PlanOptions) -> Vec<Vec<NodeId>> {

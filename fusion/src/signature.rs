@@ -282,38 +282,17 @@ pub fn summarize(diffs: &[Difference], max: usize) -> String {
 mod tests {
     use super::*;
     use crate::{plan, PlanOptions};
-    use lazyfuse_ir::{ReduceOp, UnaryOp};
+    use lazyfuse_ir::testutil::GraphBuilder;
+    use lazyfuse_ir::{Literal, ReduceOp, UnaryOp};
 
     fn region_for(dims: &[usize], dtype: DType, axis: usize) -> (Signature, Description) {
-        let mut g = Graph::new();
-        let shape = Shape::new(dims);
-        let x = g.push_inferred(
-            Op::Input {
-                shape: shape.clone(),
-                dtype,
-            },
-            &[],
-            shape.clone(),
-            dtype,
-            Location::caller(),
-        );
-        let e = g
-            .push(Op::Unary(UnaryOp::Exp), &[x], Location::caller())
-            .unwrap();
-        let s = g
-            .push(
-                Op::Reduce {
-                    op: ReduceOp::Sum,
-                    axes: lazyfuse_ir::Axes::from_slice(&[axis]),
-                    keepdim: false,
-                },
-                &[e],
-                Location::caller(),
-            )
-            .unwrap();
-        let p = plan(&g, &[s], &PlanOptions::default());
+        let mut g = GraphBuilder::new();
+        let x = g.input(dims, dtype);
+        let e = g.unary(UnaryOp::Exp, x);
+        let s = g.reduce(ReduceOp::Sum, e, &[axis], false);
+        let p = plan(g.graph(), &[s], &PlanOptions::default());
         assert_eq!(p.regions.len(), 1);
-        describe(&g, &p.regions[0])
+        describe(g.graph(), &p.regions[0])
     }
 
     #[test]
@@ -331,23 +310,11 @@ mod tests {
     #[test]
     fn a_constant_of_another_shape_is_a_shape_change() {
         let region_with_zeros = |n: usize| {
-            let mut g = Graph::new();
-            let c = g
-                .push(
-                    Op::Constant {
-                        value: lazyfuse_ir::Literal::Float(0.0),
-                        shape: Shape::new(&[n]),
-                        dtype: DType::F32,
-                    },
-                    &[],
-                    Location::caller(),
-                )
-                .unwrap();
-            let e = g
-                .push(Op::Unary(UnaryOp::Exp), &[c], Location::caller())
-                .unwrap();
-            let p = plan(&g, &[e], &PlanOptions::default());
-            describe(&g, &p.regions[0])
+            let mut g = GraphBuilder::new();
+            let c = g.constant(Literal::Float(0.0), &[n], DType::F32);
+            let e = g.unary(UnaryOp::Exp, c);
+            let p = plan(g.graph(), &[e], &PlanOptions::default());
+            describe(g.graph(), &p.regions[0])
         };
         let (s0, d0) = region_with_zeros(64);
         let (s1, d1) = region_with_zeros(768);

@@ -17,238 +17,316 @@ fn err<T>(msg: impl Into<String>) -> Result<T, InferError> {
 pub type Operand<'a> = (&'a Shape, DType);
 
 /// Output shape and dtype of `op` on `inputs`, or why it is invalid.
+///
+/// Checks the operand count, then hands the op to the rule of its family:
+/// creation, elementwise (unary, binary, compare, select), reductions,
+/// layout, matmul and indexing.
 pub fn infer(op: &Op, inputs: &[Operand<'_>]) -> Result<(Shape, DType), InferError> {
-    if let Some(n) = op.arity() {
-        if inputs.len() != n {
-            return err(format!("expects {n} operand(s), got {}", inputs.len()));
-        }
-    } else if inputs.is_empty() {
-        return err("expects at least one operand");
-    }
+    check_arity(op, inputs.len())?;
     match op {
+        // Creation.
         Op::Input { shape, dtype } => Ok((shape.clone(), *dtype)),
         Op::Constant {
             value,
             shape,
             dtype,
-        } => {
-            check_literal(*value, *dtype)?;
-            Ok((shape.clone(), *dtype))
-        }
+        } => constant(*value, shape, *dtype),
         Op::Arange {
             start,
             step,
             len,
             dtype,
-        } => {
-            if !dtype.is_numeric() {
-                return err("arange needs a numeric dtype");
-            }
-            check_literal(*start, *dtype)?;
-            check_literal(*step, *dtype)?;
-            Ok((Shape::new(&[*len]), *dtype))
-        }
-        Op::Unary(u) => {
-            let (s, d) = inputs[0];
-            let ok = match u {
-                UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu => d.is_numeric(),
-                _ => d.is_float(),
-            };
-            if !ok {
-                let need = if d.is_numeric() {
-                    "a float"
-                } else {
-                    "a numeric"
-                };
-                return err(format!("needs {need} dtype, got {d}"));
-            }
-            Ok((s.clone(), d))
-        }
-        Op::Binary(b) => {
-            let shape = broadcast2(inputs)?;
-            let d = same_dtype(inputs)?;
-            if !d.is_numeric() {
-                return err(format!("needs a numeric dtype, got {d}"));
-            }
-            if *b == BinaryOp::Pow && d == DType::U8 {
-                return err("pow is not defined for u8");
-            }
-            Ok((shape, d))
-        }
-        Op::Compare(_) => {
-            let shape = broadcast2(inputs)?;
-            same_dtype(inputs)?;
-            Ok((shape, DType::Bool))
-        }
-        Op::Select => {
-            let (cs, cd) = inputs[0];
-            if cd != DType::Bool {
-                return err(format!("condition must be bool, got {cd}"));
-            }
-            let d = same_dtype(&inputs[1..])?;
-            let s = broadcast2(&inputs[1..])?;
-            let s = Shape::broadcast(cs, &s).ok_or_else(|| {
-                InferError(format!("condition shape {cs} does not broadcast with {s}"))
-            })?;
-            Ok((s, d))
-        }
+        } => arange(*start, *step, *len, *dtype),
+        Op::RandomUniform { shape, dtype } => random_uniform(inputs[0], shape, *dtype),
+        // Elementwise.
+        Op::Unary(u) => unary(*u, inputs[0]),
         Op::Convert(to) => Ok((inputs[0].0.clone(), *to)),
-        Op::Reduce { op, axes, keepdim } => {
-            let (s, d) = inputs[0];
-            check_axes_sorted(axes, s.rank())?;
-            match op {
-                ReduceOp::Mean if !d.is_float() => {
-                    return err(format!("mean needs a float dtype, got {d}"))
-                }
-                _ if !d.is_numeric() => return err(format!("needs a numeric dtype, got {d}")),
-                ReduceOp::Max | ReduceOp::Min if axes.iter().any(|&a| s.dims()[a] == 0) => {
-                    return err(format!("cannot take {} over a zero-size axis", op.name()))
-                }
-                _ => {}
-            }
-            Ok((reduced_shape(s, axes, *keepdim), d))
+        Op::Binary(b) => binary(*b, inputs),
+        Op::Compare(_) => compare(inputs),
+        Op::Select => select(inputs),
+        // Reductions.
+        Op::Reduce { op, axes, keepdim } => reduce(*op, axes, *keepdim, inputs[0]),
+        Op::ArgMax { axis, keepdim } => argmax(*axis, *keepdim, inputs[0]),
+        // Layout.
+        Op::Reshape(to) => reshape(inputs[0], to),
+        Op::Permute(perm) => permute(inputs[0], perm),
+        Op::BroadcastTo(to) => broadcast_to(inputs[0], to),
+        Op::Slice { axis, start, len } => slice(inputs[0], *axis, *start, *len),
+        Op::Concat { axis } => concat(*axis, inputs),
+        // Contraction and indexing.
+        Op::MatMul => matmul(inputs[0], inputs[1]),
+        Op::IndexSelect { axis } => index_select(*axis, inputs[0], inputs[1]),
+    }
+}
+
+/// The operand count the op takes (at least one for variadic ops).
+fn check_arity(op: &Op, got: usize) -> Result<(), InferError> {
+    match op.arity() {
+        Some(n) if got != n => err(format!("expects {n} operand(s), got {got}")),
+        None if got == 0 => err("expects at least one operand"),
+        _ => Ok(()),
+    }
+}
+
+// ---- Creation -------------------------------------------------------------
+
+/// `constant`: the literal must be representable in `dtype`.
+fn constant(value: Literal, shape: &Shape, dtype: DType) -> Result<(Shape, DType), InferError> {
+    check_literal(value, dtype)?;
+    Ok((shape.clone(), dtype))
+}
+
+/// `arange`: a numeric dtype that can represent `start` and `step`.
+fn arange(
+    start: Literal,
+    step: Literal,
+    len: usize,
+    dtype: DType,
+) -> Result<(Shape, DType), InferError> {
+    if !dtype.is_numeric() {
+        return err("arange needs a numeric dtype");
+    }
+    check_literal(start, dtype)?;
+    check_literal(step, dtype)?;
+    Ok((Shape::new(&[len]), dtype))
+}
+
+/// `rand_uniform`: an i64 scalar seed, a float dtype, and at most 2^32 - 1
+/// elements (the counter is 32 bits).
+fn random_uniform(
+    (s, d): Operand<'_>,
+    shape: &Shape,
+    dtype: DType,
+) -> Result<(Shape, DType), InferError> {
+    if d != DType::I64 || s.rank() != 0 {
+        return err(format!("the seed must be an i64 scalar, got {d}{s}"));
+    }
+    if !dtype.is_float() {
+        return err(format!("needs a float dtype, got {dtype}"));
+    }
+    if shape.numel() as u64 > u32::MAX as u64 {
+        return err("the counter is 32 bits: at most 2^32 - 1 elements");
+    }
+    Ok((shape.clone(), dtype))
+}
+
+// ---- Elementwise ----------------------------------------------------------
+
+/// Unary ops keep the operand's type; `neg`, `abs` and `relu` take any
+/// numeric dtype, the rest a float one.
+fn unary(u: UnaryOp, (s, d): Operand<'_>) -> Result<(Shape, DType), InferError> {
+    let ok = match u {
+        UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu => d.is_numeric(),
+        _ => d.is_float(),
+    };
+    if !ok {
+        let need = if d.is_numeric() {
+            "a float"
+        } else {
+            "a numeric"
+        };
+        return err(format!("needs {need} dtype, got {d}"));
+    }
+    Ok((s.clone(), d))
+}
+
+/// Binary ops broadcast two operands of one numeric dtype (`pow` not on u8).
+fn binary(b: BinaryOp, inputs: &[Operand<'_>]) -> Result<(Shape, DType), InferError> {
+    let shape = broadcast2(inputs)?;
+    let d = same_dtype(inputs)?;
+    if !d.is_numeric() {
+        return err(format!("needs a numeric dtype, got {d}"));
+    }
+    if b == BinaryOp::Pow && d == DType::U8 {
+        return err("pow is not defined for u8");
+    }
+    Ok((shape, d))
+}
+
+/// Comparisons broadcast two operands of one dtype to a bool result.
+fn compare(inputs: &[Operand<'_>]) -> Result<(Shape, DType), InferError> {
+    let shape = broadcast2(inputs)?;
+    same_dtype(inputs)?;
+    Ok((shape, DType::Bool))
+}
+
+/// `where_cond`: a bool condition, two branches of one dtype, all three
+/// broadcast together.
+fn select(inputs: &[Operand<'_>]) -> Result<(Shape, DType), InferError> {
+    let (cs, cd) = inputs[0];
+    if cd != DType::Bool {
+        return err(format!("condition must be bool, got {cd}"));
+    }
+    let d = same_dtype(&inputs[1..])?;
+    let s = broadcast2(&inputs[1..])?;
+    let s = Shape::broadcast(cs, &s)
+        .ok_or_else(|| InferError(format!("condition shape {cs} does not broadcast with {s}")))?;
+    Ok((s, d))
+}
+
+// ---- Reductions -----------------------------------------------------------
+
+/// Reductions over sorted, unique axes of a numeric operand (`mean`: float;
+/// `max`/`min`: no zero-size reduced axis).
+fn reduce(
+    op: ReduceOp,
+    axes: &Axes,
+    keepdim: bool,
+    (s, d): Operand<'_>,
+) -> Result<(Shape, DType), InferError> {
+    check_axes_sorted(axes, s.rank())?;
+    match op {
+        ReduceOp::Mean if !d.is_float() => {
+            return err(format!("mean needs a float dtype, got {d}"))
         }
-        Op::ArgMax { axis, keepdim } => {
-            let (s, d) = inputs[0];
-            if *axis >= s.rank() {
-                return err(format!("axis {axis} out of range for rank {}", s.rank()));
-            }
-            if !d.is_numeric() {
-                return err(format!("needs a numeric dtype, got {d}"));
-            }
-            if s.dims()[*axis] == 0 {
-                return err("cannot take argmax over a zero-size axis");
-            }
-            Ok((reduced_shape(s, &[*axis], *keepdim), DType::I64))
+        _ if !d.is_numeric() => return err(format!("needs a numeric dtype, got {d}")),
+        ReduceOp::Max | ReduceOp::Min if axes.iter().any(|&a| s.dims()[a] == 0) => {
+            return err(format!("cannot take {} over a zero-size axis", op.name()))
         }
-        Op::Reshape(to) => {
-            let (s, d) = inputs[0];
-            if s.numel() != to.numel() {
-                return err(format!(
-                    "cannot reshape {s} ({} elements) to {to} ({} elements)",
-                    s.numel(),
-                    to.numel()
-                ));
-            }
-            Ok((to.clone(), d))
-        }
-        Op::Permute(perm) => {
-            let (s, d) = inputs[0];
-            let mut seen = vec![false; s.rank()];
-            if perm.len() != s.rank() {
-                return err(format!(
-                    "permutation {perm:?} has wrong length for rank {}",
-                    s.rank()
-                ));
-            }
-            for &p in perm {
-                if p >= s.rank() || std::mem::replace(&mut seen[p], true) {
-                    return err(format!("{perm:?} is not a permutation of 0..{}", s.rank()));
-                }
-            }
-            Ok((Shape(perm.iter().map(|&p| s.dims()[p]).collect()), d))
-        }
-        Op::BroadcastTo(to) => {
-            let (s, d) = inputs[0];
-            if !s.broadcasts_to(to) {
-                return err(format!("shape {s} cannot be broadcast to {to}"));
-            }
-            Ok((to.clone(), d))
-        }
-        Op::Slice { axis, start, len } => {
-            let (s, d) = inputs[0];
-            if *axis >= s.rank() {
-                return err(format!("axis {axis} out of range for rank {}", s.rank()));
-            }
-            let dim = s.dims()[*axis];
-            if start.checked_add(*len).is_none_or(|end| end > dim) {
-                return err(format!(
-                    "range {start}..{start}+{len} out of bounds for axis {axis} of size {dim}"
-                ));
-            }
-            let mut out = s.clone();
-            out.0[*axis] = *len;
-            Ok((out, d))
-        }
-        Op::Concat { axis } => {
-            let (s0, d) = inputs[0];
-            if *axis >= s0.rank() {
-                return err(format!("axis {axis} out of range for rank {}", s0.rank()));
-            }
-            let mut total = 0usize;
-            for (s, dt) in inputs {
-                if *dt != d {
-                    return err(format!("dtypes differ: {d} and {dt}"));
-                }
-                let same_rest = s.rank() == s0.rank()
-                    && (0..s0.rank()).all(|i| i == *axis || s.dims()[i] == s0.dims()[i]);
-                if !same_rest {
-                    return err(format!("shapes {s0} and {s} differ outside axis {axis}"));
-                }
-                total += s.dims()[*axis];
-            }
-            let mut out = s0.clone();
-            out.0[*axis] = total;
-            Ok((out, d))
-        }
-        Op::MatMul => {
-            let (a, da) = inputs[0];
-            let (b, db) = inputs[1];
-            if da != db {
-                return err(format!("dtypes differ: {da} and {db}"));
-            }
-            if !da.is_numeric() {
-                return err(format!("needs a numeric dtype, got {da}"));
-            }
-            if a.rank() < 2 || b.rank() < 2 {
-                return err(format!("operands must have rank >= 2, got {a} and {b}"));
-            }
-            let (m, k) = (a.dims()[a.rank() - 2], a.dims()[a.rank() - 1]);
-            let (k2, n) = (b.dims()[b.rank() - 2], b.dims()[b.rank() - 1]);
-            if k != k2 {
-                return err(format!("contracting dims differ: {a} x {b} ({k} vs {k2})"));
-            }
-            let ba = Shape::new(&a.dims()[..a.rank() - 2]);
-            let bb = Shape::new(&b.dims()[..b.rank() - 2]);
-            let mut batch = Shape::broadcast(&ba, &bb)
-                .ok_or_else(|| InferError(format!("batch dims {ba} and {bb} do not broadcast")))?;
-            batch.0.push(m);
-            batch.0.push(n);
-            Ok((batch, da))
-        }
-        Op::IndexSelect { axis } => {
-            let (s, d) = inputs[0];
-            let (is, id) = inputs[1];
-            if *axis >= s.rank() {
-                return err(format!("axis {axis} out of range for rank {}", s.rank()));
-            }
-            if !id.is_int() || is.rank() != 1 {
-                return err(format!(
-                    "indices must be a 1-D integer tensor, got {id}{is}"
-                ));
-            }
-            let k = is.dims()[0];
-            if k > 0 && s.dims()[*axis] == 0 {
-                return err(format!("cannot select from axis {axis} of size 0"));
-            }
-            let mut out = s.clone();
-            out.0[*axis] = k;
-            Ok((out, d))
-        }
-        Op::RandomUniform { shape, dtype } => {
-            let (s, d) = inputs[0];
-            if d != DType::I64 || s.rank() != 0 {
-                return err(format!("the seed must be an i64 scalar, got {d}{s}"));
-            }
-            if !dtype.is_float() {
-                return err(format!("needs a float dtype, got {dtype}"));
-            }
-            if shape.numel() as u64 > u32::MAX as u64 {
-                return err("the counter is 32 bits: at most 2^32 - 1 elements");
-            }
-            Ok((shape.clone(), *dtype))
+        _ => {}
+    }
+    Ok((reduced_shape(s, axes, keepdim), d))
+}
+
+/// `argmax` over a non-empty axis of a numeric operand, giving i64 indices.
+fn argmax(axis: usize, keepdim: bool, (s, d): Operand<'_>) -> Result<(Shape, DType), InferError> {
+    check_axis(axis, s)?;
+    if !d.is_numeric() {
+        return err(format!("needs a numeric dtype, got {d}"));
+    }
+    if s.dims()[axis] == 0 {
+        return err("cannot take argmax over a zero-size axis");
+    }
+    Ok((reduced_shape(s, &[axis], keepdim), DType::I64))
+}
+
+// ---- Layout ---------------------------------------------------------------
+
+/// `reshape` keeps the element count.
+fn reshape((s, d): Operand<'_>, to: &Shape) -> Result<(Shape, DType), InferError> {
+    if s.numel() != to.numel() {
+        return err(format!(
+            "cannot reshape {s} ({} elements) to {to} ({} elements)",
+            s.numel(),
+            to.numel()
+        ));
+    }
+    Ok((to.clone(), d))
+}
+
+/// `permute` takes a permutation of `0..rank`.
+fn permute((s, d): Operand<'_>, perm: &Axes) -> Result<(Shape, DType), InferError> {
+    let mut seen = vec![false; s.rank()];
+    if perm.len() != s.rank() {
+        return err(format!(
+            "permutation {perm:?} has wrong length for rank {}",
+            s.rank()
+        ));
+    }
+    for &p in perm {
+        if p >= s.rank() || std::mem::replace(&mut seen[p], true) {
+            return err(format!("{perm:?} is not a permutation of 0..{}", s.rank()));
         }
     }
+    Ok((Shape(perm.iter().map(|&p| s.dims()[p]).collect()), d))
+}
+
+/// `broadcast_to` follows NumPy's rules.
+fn broadcast_to((s, d): Operand<'_>, to: &Shape) -> Result<(Shape, DType), InferError> {
+    if !s.broadcasts_to(to) {
+        return err(format!("shape {s} cannot be broadcast to {to}"));
+    }
+    Ok((to.clone(), d))
+}
+
+/// `narrow`: `start..start + len` within the axis.
+fn slice(
+    (s, d): Operand<'_>,
+    axis: usize,
+    start: usize,
+    len: usize,
+) -> Result<(Shape, DType), InferError> {
+    check_axis(axis, s)?;
+    let dim = s.dims()[axis];
+    if start.checked_add(len).is_none_or(|end| end > dim) {
+        return err(format!(
+            "range {start}..{start}+{len} out of bounds for axis {axis} of size {dim}"
+        ));
+    }
+    let mut out = s.clone();
+    out.0[axis] = len;
+    Ok((out, d))
+}
+
+/// `cat`: one dtype, and shapes that differ only along `axis`.
+fn concat(axis: usize, inputs: &[Operand<'_>]) -> Result<(Shape, DType), InferError> {
+    let (s0, d) = inputs[0];
+    check_axis(axis, s0)?;
+    let mut total = 0usize;
+    for (s, dt) in inputs {
+        if *dt != d {
+            return err(format!("dtypes differ: {d} and {dt}"));
+        }
+        let same_rest = s.rank() == s0.rank()
+            && (0..s0.rank()).all(|i| i == axis || s.dims()[i] == s0.dims()[i]);
+        if !same_rest {
+            return err(format!("shapes {s0} and {s} differ outside axis {axis}"));
+        }
+        total += s.dims()[axis];
+    }
+    let mut out = s0.clone();
+    out.0[axis] = total;
+    Ok((out, d))
+}
+
+// ---- Contraction and indexing ---------------------------------------------
+
+/// `matmul`: one numeric dtype, rank >= 2, equal contracting dims, and
+/// batch dims that broadcast.
+fn matmul((a, da): Operand<'_>, (b, db): Operand<'_>) -> Result<(Shape, DType), InferError> {
+    if da != db {
+        return err(format!("dtypes differ: {da} and {db}"));
+    }
+    if !da.is_numeric() {
+        return err(format!("needs a numeric dtype, got {da}"));
+    }
+    if a.rank() < 2 || b.rank() < 2 {
+        return err(format!("operands must have rank >= 2, got {a} and {b}"));
+    }
+    let (m, k) = (a.dims()[a.rank() - 2], a.dims()[a.rank() - 1]);
+    let (k2, n) = (b.dims()[b.rank() - 2], b.dims()[b.rank() - 1]);
+    if k != k2 {
+        return err(format!("contracting dims differ: {a} x {b} ({k} vs {k2})"));
+    }
+    let ba = Shape::new(&a.dims()[..a.rank() - 2]);
+    let bb = Shape::new(&b.dims()[..b.rank() - 2]);
+    let mut batch = Shape::broadcast(&ba, &bb)
+        .ok_or_else(|| InferError(format!("batch dims {ba} and {bb} do not broadcast")))?;
+    batch.0.push(m);
+    batch.0.push(n);
+    Ok((batch, da))
+}
+
+/// `index_select`: 1-D integer indices into an axis that is non-empty
+/// unless no index is taken.
+fn index_select(
+    axis: usize,
+    (s, d): Operand<'_>,
+    (is, id): Operand<'_>,
+) -> Result<(Shape, DType), InferError> {
+    check_axis(axis, s)?;
+    if !id.is_int() || is.rank() != 1 {
+        return err(format!(
+            "indices must be a 1-D integer tensor, got {id}{is}"
+        ));
+    }
+    let k = is.dims()[0];
+    if k > 0 && s.dims()[axis] == 0 {
+        return err(format!("cannot select from axis {axis} of size 0"));
+    }
+    let mut out = s.clone();
+    out.0[axis] = k;
+    Ok((out, d))
 }
 
 /// Shape after reducing `axes`, keeping them as size 1 when `keepdim`.
@@ -287,6 +365,14 @@ pub fn normalize_axis(a: isize, rank: usize) -> Result<usize, InferError> {
         return err(format!("axis {a} out of range for rank {rank}"));
     }
     Ok(if a < 0 { (a + r) as usize } else { a as usize })
+}
+
+/// `axis` names a dimension of `s`.
+fn check_axis(axis: usize, s: &Shape) -> Result<(), InferError> {
+    if axis >= s.rank() {
+        return err(format!("axis {axis} out of range for rank {}", s.rank()));
+    }
+    Ok(())
 }
 
 fn check_axes_sorted(axes: &Axes, rank: usize) -> Result<(), InferError> {

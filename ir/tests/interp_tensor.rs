@@ -6,11 +6,9 @@ mod common;
 use common::*;
 use half::{bf16, f16};
 use lazyfuse_ir::interp::{eval_graph, eval_op};
-use lazyfuse_ir::{
-    BinaryOp, CmpOp, DType, Graph, HostTensor, NodeId, Op, ReduceOp, Shape, UnaryOp,
-};
+use lazyfuse_ir::testutil::GraphBuilder;
+use lazyfuse_ir::{BinaryOp, CmpOp, DType, HostTensor, NodeId, Op, ReduceOp, Shape, UnaryOp};
 use std::collections::HashMap;
-use std::panic::Location;
 
 #[test]
 fn reductions() {
@@ -395,35 +393,16 @@ fn eval_op_rejects_invalid_calls() {
 
 #[test]
 fn eval_graph_computes_only_what_outputs_need() {
-    let mut g = Graph::new();
-    let f32x3 = || Op::Input {
-        shape: Shape::new(&[3]),
-        dtype: DType::F32,
-    };
-    let x = g.push(f32x3(), &[], Location::caller()).unwrap();
-    let y = g.push(f32x3(), &[], Location::caller()).unwrap();
+    let mut b = GraphBuilder::new();
+    let x = b.input(&[3], DType::F32);
+    let y = b.input(&[3], DType::F32);
     // `z` has no value: anything depending on it fails when evaluated.
-    let z = g.push(f32x3(), &[], Location::caller()).unwrap();
-    let sum = g
-        .push(Op::Binary(BinaryOp::Add), &[x, y], Location::caller())
-        .unwrap();
-    let unused = g
-        .push(Op::Unary(UnaryOp::Neg), &[z], Location::caller())
-        .unwrap();
-    let sq = g
-        .push(Op::Binary(BinaryOp::Mul), &[sum, sum], Location::caller())
-        .unwrap();
-    let total = g
-        .push(
-            Op::Reduce {
-                op: ReduceOp::Sum,
-                axes: axes(&[0]),
-                keepdim: false,
-            },
-            &[sq],
-            Location::caller(),
-        )
-        .unwrap();
+    let z = b.input(&[3], DType::F32);
+    let sum = b.binary(BinaryOp::Add, x, y);
+    let unused = b.unary(UnaryOp::Neg, z);
+    let sq = b.binary(BinaryOp::Mul, sum, sum);
+    let total = b.reduce(ReduceOp::Sum, sq, &[0], false);
+    let g = b.into_graph();
 
     let mut inputs: HashMap<NodeId, HostTensor> = HashMap::new();
     inputs.insert(x, t(&[1f32, 2., 3.], &[3]));
@@ -445,10 +424,10 @@ fn eval_graph_computes_only_what_outputs_need() {
     let mut wrong = inputs.clone();
     wrong.insert(y, t(&[1f64, 1., 1.], &[3]));
     assert!(eval_graph(&g, &wrong, &[sum]).is_err());
-    let mut other = Graph::new();
+    let mut other = GraphBuilder::new();
     for _ in 0..10 {
-        other.push(f32x3(), &[], Location::caller()).unwrap();
+        other.input(&[3], DType::F32);
     }
-    let far = other.ids().last().unwrap();
+    let far = other.graph().ids().last().unwrap();
     assert!(eval_graph(&g, &inputs, &[far]).is_err());
 }
