@@ -1,57 +1,138 @@
-//! Runtime configuration: environment defaults and per-thread overrides.
+//! Runtime configuration: every environment variable lazyfuse reads, in one
+//! place (the README's table lists the same set), plus per-thread overrides.
+//!
+//! A leaf of the layer stack: it imports nothing of the crate. Values that
+//! steer the hot path (fusion default, launch blocking, the graph cap) are
+//! read once and cached; paths used at a few well-defined moments (plugin
+//! provisioning) are read when asked, so a process can point them elsewhere
+//! before first use.
 
 use std::cell::Cell;
+use std::ffi::OsString;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-fn env_flag(name: &str) -> Option<bool> {
+/// `TPU_FUSION`: `0` turns fusion off (every op its own region).
+pub const FUSION: &str = "TPU_FUSION";
+/// `TPU_LAUNCH_BLOCKING`: `1` waits for every execution where it is launched.
+pub const LAUNCH_BLOCKING: &str = "TPU_LAUNCH_BLOCKING";
+/// `TPU_METRICS`: `1` prints the metrics report at exit.
+pub const METRICS: &str = "TPU_METRICS";
+/// `TPU_DUMP_DIR`: where region StableHLO and the flush log are written.
+pub const DUMP_DIR: &str = "TPU_DUMP_DIR";
+/// `TPU_CACHE_DIR`: the persistent compile cache.
+pub const CACHE_DIR: &str = "TPU_CACHE_DIR";
+/// `TPU_CACHE_MAX_BYTES`: size bound of the persistent compile cache.
+pub const CACHE_MAX_BYTES: &str = "TPU_CACHE_MAX_BYTES";
+/// `TPU_PJRT_PLUGIN`: a PJRT plugin to load instead of the provisioned CPU one.
+pub const PJRT_PLUGIN: &str = "TPU_PJRT_PLUGIN";
+/// `TPU_MAX_PENDING_OPS`: flush a thread's graph once it holds this many nodes.
+pub const MAX_PENDING_OPS: &str = "TPU_MAX_PENDING_OPS";
+/// `LAZYFUSE_CACHE`: where the CPU plugin is provisioned.
+pub const PLUGIN_CACHE: &str = "LAZYFUSE_CACHE";
+/// `LAZYFUSE_MALLOC_TUNING`: `0` keeps glibc's default mmap/trim thresholds.
+pub const MALLOC_TUNING: &str = "LAZYFUSE_MALLOC_TUNING";
+/// glibc's own variables: when the user set either, lazyfuse leaves malloc alone.
+pub const GLIBC_MALLOC_VARS: [&str; 2] = ["MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"];
+
+/// Default pending-graph cap.
+pub const DEFAULT_MAX_PENDING_OPS: usize = 20_000;
+/// Default bound of the persistent compile cache.
+pub const DEFAULT_CACHE_MAX_BYTES: u64 = 1 << 30;
+
+/// The value of `name` if set and not empty (an empty variable counts as
+/// unset, so `VAR= cmd` disables an override).
+pub(crate) fn non_empty(name: &str) -> Option<OsString> {
+    std::env::var_os(name).filter(|v| !v.is_empty())
+}
+
+fn flag(name: &str) -> Option<bool> {
     std::env::var(name)
         .ok()
         .map(|v| !matches!(v.trim(), "0" | "false" | "off" | "no" | ""))
 }
 
+/// A directory named by `name`, read once per process.
+fn cached_dir(cell: &'static OnceLock<Option<PathBuf>>, name: &str) -> Option<&'static PathBuf> {
+    cell.get_or_init(|| non_empty(name).map(PathBuf::from))
+        .as_ref()
+}
+
+/// `TPU_DUMP_DIR`, if set.
+pub(crate) fn dump_dir() -> Option<&'static PathBuf> {
+    static D: OnceLock<Option<PathBuf>> = OnceLock::new();
+    cached_dir(&D, DUMP_DIR)
+}
+
+/// `TPU_CACHE_DIR`, if set.
+pub(crate) fn cache_dir() -> Option<&'static PathBuf> {
+    static D: OnceLock<Option<PathBuf>> = OnceLock::new();
+    cached_dir(&D, CACHE_DIR)
+}
+
+/// `TPU_CACHE_MAX_BYTES`, default [`DEFAULT_CACHE_MAX_BYTES`].
+pub(crate) fn cache_max_bytes() -> u64 {
+    static M: OnceLock<u64> = OnceLock::new();
+    *M.get_or_init(|| {
+        std::env::var(CACHE_MAX_BYTES)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(DEFAULT_CACHE_MAX_BYTES)
+    })
+}
+
+/// `TPU_PJRT_PLUGIN`, read when a default device is asked for.
+pub(crate) fn plugin_override() -> Option<PathBuf> {
+    non_empty(PJRT_PLUGIN).map(PathBuf::from)
+}
+
+/// The user cache root for provisioning: `LAZYFUSE_CACHE`, else
+/// `$XDG_CACHE_HOME/lazyfuse` (absolute values only, as the XDG spec says),
+/// else `$HOME/.cache/lazyfuse`.
+pub(crate) fn plugin_cache_root() -> Option<PathBuf> {
+    if let Some(dir) = non_empty(PLUGIN_CACHE) {
+        return Some(PathBuf::from(dir));
+    }
+    if let Some(dir) = non_empty("XDG_CACHE_HOME").map(PathBuf::from) {
+        if dir.is_absolute() {
+            return Some(dir.join("lazyfuse"));
+        }
+    }
+    non_empty("HOME").map(|h| PathBuf::from(h).join(".cache").join("lazyfuse"))
+}
+
+/// Whether lazyfuse may raise glibc's malloc thresholds (not when the user
+/// set them, nor with `LAZYFUSE_MALLOC_TUNING=0`).
+pub(crate) fn malloc_tuning() -> bool {
+    let user_set = GLIBC_MALLOC_VARS
+        .iter()
+        .any(|k| std::env::var_os(k).is_some());
+    let off = std::env::var(MALLOC_TUNING).is_ok_and(|v| v.trim() == "0");
+    !(user_set || off)
+}
+
 /// Process-wide fusion default: on unless `TPU_FUSION=0`.
 fn fusion_default() -> bool {
     static D: OnceLock<bool> = OnceLock::new();
-    *D.get_or_init(|| env_flag("TPU_FUSION").unwrap_or(true))
+    *D.get_or_init(|| flag(FUSION).unwrap_or(true))
 }
 
 thread_local! {
-    static FUSION: Cell<Option<bool>> = const { Cell::new(None) };
+    static THREAD_FUSION: Cell<Option<bool>> = const { Cell::new(None) };
 }
 
-/// Whether ops recorded on this thread are fused (see [`set_fusion`]).
+/// Whether ops recorded on this thread are fused (see `lazyfuse::set_fusion`).
 pub fn fusion_enabled() -> bool {
-    FUSION.with(|f| f.get()).unwrap_or_else(fusion_default)
+    THREAD_FUSION
+        .with(|f| f.get())
+        .unwrap_or_else(fusion_default)
 }
 
-/// Switches fusion on or off for the calling thread, flushing what it has
-/// pending first so earlier ops keep the mode they were recorded under.
-/// Per thread, so concurrent tests and workers never change each other's mode.
-pub fn set_fusion(on: bool) {
-    let _ = crate::context::sync_thread(crate::metrics::FlushReason::ModeChange);
-    FUSION.with(|f| f.set(Some(on)));
-}
-
-/// Restores the previous fusion mode of this thread when dropped.
-#[must_use = "the previous mode is restored when the guard is dropped"]
-pub struct FusionGuard {
-    previous: bool,
-}
-
-impl FusionGuard {
-    /// Sets fusion to `on` until the guard is dropped.
-    pub fn new(on: bool) -> Self {
-        let previous = fusion_enabled();
-        set_fusion(on);
-        FusionGuard { previous }
-    }
-}
-
-impl Drop for FusionGuard {
-    fn drop(&mut self) {
-        set_fusion(self.previous);
-    }
+/// Sets this thread's fusion mode. The lazy layer flushes the thread's
+/// graphs before calling this (`lazyfuse::set_fusion`).
+pub(crate) fn set_thread_fusion(on: bool) {
+    THREAD_FUSION.with(|f| f.set(Some(on)));
 }
 
 static MAX_PENDING: AtomicUsize = AtomicUsize::new(0);
@@ -63,11 +144,11 @@ pub fn max_pending_ops() -> usize {
     if v != 0 {
         return v;
     }
-    let d = std::env::var("TPU_MAX_PENDING_OPS")
+    let d = std::env::var(MAX_PENDING_OPS)
         .ok()
         .and_then(|s| s.parse().ok())
         .filter(|&n: &usize| n > 0)
-        .unwrap_or(20_000);
+        .unwrap_or(DEFAULT_MAX_PENDING_OPS);
     MAX_PENDING.store(d, Ordering::Relaxed);
     d
 }
@@ -79,12 +160,13 @@ pub fn set_max_pending_ops(n: usize) {
 
 /// `TPU_METRICS=1`: print the metrics report at exit.
 pub(crate) fn metrics_at_exit() -> bool {
-    env_flag("TPU_METRICS").unwrap_or(false)
+    static M: OnceLock<bool> = OnceLock::new();
+    *M.get_or_init(|| flag(METRICS).unwrap_or(false))
 }
 
 /// `TPU_LAUNCH_BLOCKING=1`: wait for every execution as it is launched, so an
 /// execution error is reported by the region (and op) that caused it.
 pub fn launch_blocking() -> bool {
     static B: OnceLock<bool> = OnceLock::new();
-    *B.get_or_init(|| env_flag("TPU_LAUNCH_BLOCKING").unwrap_or(false))
+    *B.get_or_init(|| flag(LAUNCH_BLOCKING).unwrap_or(false))
 }

@@ -1,5 +1,9 @@
-//! Devices: a handle to one addressable device of a loaded PJRT plugin.
+//! Devices: a handle to one addressable device of a backend client (a loaded
+//! PJRT plugin, or the reference interpreter), together with the executor
+//! that runs that client's flushed graphs. The device layer is what ties a
+//! runtime and an executor together; neither owns the other.
 
+use crate::executor::Executor;
 use crate::runtime::Runtime;
 use crate::{Error, Result};
 use parking_lot::Mutex;
@@ -13,12 +17,16 @@ use std::sync::{Arc, OnceLock};
 #[derive(Clone)]
 pub struct Device {
     pub(crate) rt: Arc<Runtime>,
+    pub(crate) executor: Arc<Executor>,
     pub(crate) ordinal: usize,
 }
 
-/// One runtime per plugin file: a PJRT plugin must be initialised once per process.
-fn runtimes() -> &'static Mutex<HashMap<PathBuf, Arc<Runtime>>> {
-    static R: OnceLock<Mutex<HashMap<PathBuf, Arc<Runtime>>>> = OnceLock::new();
+/// A client and the worker running its graphs.
+type Client = (Arc<Runtime>, Arc<Executor>);
+
+/// One client per plugin file: a PJRT plugin must be initialised once per process.
+fn clients() -> &'static Mutex<HashMap<PathBuf, Client>> {
+    static R: OnceLock<Mutex<HashMap<PathBuf, Client>>> = OnceLock::new();
     R.get_or_init(Default::default)
 }
 
@@ -35,16 +43,48 @@ impl Device {
     pub fn from_plugin(path: impl AsRef<Path>) -> Result<Device> {
         let path = path.as_ref();
         let canon = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
-        let mut map = runtimes().lock();
-        let rt = match map.get(&canon) {
-            Some(rt) => rt.clone(),
+        let mut map = clients().lock();
+        let (rt, executor) = match map.get(&canon) {
+            Some(c) => c.clone(),
             None => {
-                let rt = Runtime::load(path)?;
-                map.insert(canon, rt.clone());
-                rt
+                let c = (Runtime::load(path)?, Executor::new());
+                map.insert(canon, c.clone());
+                c
             }
         };
-        Ok(Device { rt, ordinal: 0 })
+        Ok(Device {
+            rt,
+            executor,
+            ordinal: 0,
+        })
+    }
+
+    /// The reference-interpreter device: every op runs on `lazyfuse-ir`'s
+    /// interpreter (the executable definition of the ops' semantics) on host
+    /// memory, through the same recording, planning and caching as any
+    /// other device. Slow, needs no plugin: compare a program's numerics
+    /// against it, as PyTorch users compare against CPU, or run tests on a
+    /// machine without XLA.
+    pub fn interpreter() -> Device {
+        static I: OnceLock<Client> = OnceLock::new();
+        let (rt, executor) = I
+            .get_or_init(|| (Runtime::interpreter(), Executor::new()))
+            .clone();
+        Device {
+            rt,
+            executor,
+            ordinal: 0,
+        }
+    }
+
+    /// True for [`Device::interpreter`].
+    pub fn is_interpreter(&self) -> bool {
+        self.rt.plugin_path().as_os_str().is_empty()
+    }
+
+    /// Process-unique id of this device's client.
+    pub(crate) fn client_id(&self) -> u32 {
+        self.rt.id
     }
 
     /// The same plugin's addressable device number `ordinal`.
@@ -57,6 +97,7 @@ impl Device {
         }
         Ok(Device {
             rt: self.rt.clone(),
+            executor: self.executor.clone(),
             ordinal,
         })
     }
@@ -66,7 +107,8 @@ impl Device {
         self.rt.device_count()
     }
 
-    /// The plugin file this device's client was loaded from.
+    /// The plugin file this device's client was loaded from (empty for the
+    /// interpreter).
     pub fn plugin_path(&self) -> &Path {
         self.rt.plugin_path()
     }

@@ -30,7 +30,7 @@ pub const FLUSH_LOG: &str = "flush-log.txt";
 fn dir() -> Option<&'static PathBuf> {
     static D: OnceLock<Option<PathBuf>> = OnceLock::new();
     D.get_or_init(|| {
-        let d = PathBuf::from(std::env::var_os("TPU_DUMP_DIR")?);
+        let d = crate::config::dump_dir()?.clone();
         std::fs::create_dir_all(&d).ok()?;
         Some(d)
     })

@@ -38,6 +38,10 @@ pub enum Error {
     /// Any other PJRT failure (transfers, device queries).
     #[error("PJRT: {0}")]
     Pjrt(String),
+    /// A broken internal invariant of lazyfuse (a bug, reported as a value
+    /// so the runtime stays usable).
+    #[error("lazyfuse internal error: {0}")]
+    Internal(String),
 }
 
 fn fmt_loc(l: &Location<'_>) -> String {
@@ -61,9 +65,19 @@ impl Error {
     }
 }
 
-impl From<crate::pjrt::Error> for Error {
-    fn from(e: crate::pjrt::Error) -> Self {
-        Error::Pjrt(e.to_string())
+impl Error {
+    /// An internal-invariant error.
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
+        Error::Internal(message.into())
+    }
+
+    /// The message without the variant's prefix (what a region error quotes).
+    pub(crate) fn message(&self) -> String {
+        match self {
+            Error::Pjrt(m) | Error::Internal(m) | Error::Plugin(m) => m.clone(),
+            Error::Xla { message, .. } => message.clone(),
+            e => e.to_string(),
+        }
     }
 }
 

@@ -1,34 +1,40 @@
-//! The executor: one worker thread per device runtime that runs flushed
-//! graphs in submission order. For each job it plans the graph (fusion crate),
-//! compiles or fetches each region (runtime cache), launches every region,
-//! waits for them, and binds results to the tensors still alive. Submission
-//! order is what lets a later graph read a tensor an earlier job computes.
+//! The executor: one worker thread per device client that runs flushed
+//! graphs in submission order. For each job it plans the graph (fusion
+//! crate), compiles or fetches each region (runtime cache), launches every
+//! region, waits for them, and binds the results. Submission order is what
+//! lets a later graph read a value an earlier job computes.
+//!
+//! The executor never names a tensor. It defines the seam it needs:
+//! - [`Slot`]: a value a job computes: marked in flight when the job is
+//!   queued, bound to a buffer (or an error) when it finishes, and read by
+//!   later jobs;
+//! - [`Latch`]: the completion of one job, which readers wait on.
+//!
+//! The lazy layer implements [`Slot`] for its tensor state.
 //!
 //! With `TPU_LAUNCH_BLOCKING=1` a job runs on the flushing thread instead,
 //! so errors surface at the op that caused them.
 
-use crate::context::Leaf;
-use crate::metrics::{self, FlushReason, C};
-use crate::runtime::DeviceBuffer;
-use crate::tensor::{TState, TensorInner};
-use crate::{Device, Error, Result};
-use lazyfuse_fusion::{plan_with_donation, PlanOptions, Region};
+use crate::metrics::{self, FlushReason, COUNTERS as C};
+use crate::runtime::{DeviceBuffer, Runtime};
+use crate::{Error, Result};
+use lazyfuse_fusion::{plan_with_donation, Plan, PlanOptions, Region};
 use lazyfuse_ir::{Graph, NodeId, Op};
 use parking_lot::{Condvar, Mutex};
 use smallvec::SmallVec;
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-/// Completion of one flushed graph: readers of its tensors wait on it.
+/// Completion of one flushed graph: readers of its values wait on it.
 #[derive(Default)]
-pub(crate) struct Batch {
+pub(crate) struct Latch {
     done: Mutex<bool>,
     cv: Condvar,
 }
 
-impl Batch {
-    /// Blocks until the job has bound its tensors.
+impl Latch {
+    /// Blocks until the job has bound its values.
     pub(crate) fn wait(&self) {
         let mut d = self.done.lock();
         while !*d {
@@ -36,25 +42,53 @@ impl Batch {
         }
     }
 
-    fn finish(&self) {
+    fn open(&self) {
         *self.done.lock() = true;
         self.cv.notify_all();
     }
 }
 
+/// A value computed by a job, as the layer above represents it.
+pub(crate) trait Slot: Send + Sync {
+    /// The job computing this value was queued: readers must wait on `latch`.
+    /// Called under the queue lock, so a graph that observes the value in
+    /// flight is always queued after the job computing it.
+    fn start(&self, latch: &Arc<Latch>);
+    /// The job finished: the value, or why it could not be computed. Has no
+    /// effect on a slot that is not in flight (already bound).
+    fn bind(&self, value: Result<Arc<DeviceBuffer>>);
+    /// The value, for a later job that reads it (waits for its latch).
+    fn read(&self) -> Result<Arc<DeviceBuffer>>;
+}
+
+/// A graph input: a materialised buffer, or a value an earlier (already
+/// queued) job computes, read when this graph's job runs.
+pub(crate) enum Input {
+    /// Already on the device.
+    Buffer(Arc<DeviceBuffer>),
+    /// Being computed by an earlier job.
+    Future(Arc<dyn Slot>),
+}
+
 /// A flushed graph with everything needed to run it.
 pub(crate) struct Job {
-    pub device: Device,
+    /// The client the graph runs on.
+    pub rt: Arc<Runtime>,
+    /// The device of that client.
+    pub ordinal: usize,
+    /// The recorded graph.
     pub graph: Graph,
-    /// Nodes that live tensors hold, with those tensors.
-    pub live: Vec<(NodeId, Arc<TensorInner>)>,
-    pub leaves: Vec<(NodeId, Leaf)>,
+    /// Nodes whose values are wanted, with where to bind them.
+    pub outputs: Vec<(NodeId, Arc<dyn Slot>)>,
+    /// Values entering the graph from outside.
+    pub inputs: Vec<(NodeId, Input)>,
+    /// Fusion mode the graph was recorded under.
     pub fuse: bool,
-    pub batch: Arc<Batch>,
+    /// Why it was flushed (for the trace).
     pub reason: FlushReason,
 }
 
-/// The per-runtime job queue and its worker.
+/// The per-client job queue and its worker.
 #[derive(Default)]
 pub(crate) struct Executor {
     queue: Mutex<Queue>,
@@ -63,26 +97,49 @@ pub(crate) struct Executor {
 
 #[derive(Default)]
 struct Queue {
-    jobs: VecDeque<Job>,
+    jobs: VecDeque<(Job, Arc<Latch>)>,
     /// Jobs submitted and not yet finished (queued or running).
     outstanding: usize,
     worker_started: bool,
 }
 
+/// Executors that must drain before the process exits.
+static LIVE: Mutex<Vec<Weak<Executor>>> = Mutex::new(Vec::new());
+
+fn drain_all() {
+    let live: Vec<Arc<Executor>> = LIVE.lock().iter().filter_map(Weak::upgrade).collect();
+    for e in live {
+        e.drain(Duration::from_secs(30));
+    }
+}
+
 impl Executor {
-    /// Marks the job's live tensors in-flight and queues it (or runs it here
-    /// with launch blocking). Both happen under the queue lock, so a graph
-    /// that observes one of these tensors in flight is queued after it.
-    pub(crate) fn submit(self: &Arc<Self>, job: Job) {
-        for (_, t) in &job.live {
-            *t.state.lock() = TState::InFlight(job.batch.clone());
-        }
+    /// A new executor, drained at process exit (work still in flight would
+    /// race the plugin's own teardown).
+    pub(crate) fn new() -> Arc<Executor> {
+        let e = Arc::new(Executor::default());
+        LIVE.lock().push(Arc::downgrade(&e));
+        crate::exit::on_exit(crate::exit::Stage::Drain, drain_all);
+        e
+    }
+
+    /// Marks the job's outputs in flight and queues it, both under the queue
+    /// lock (or, with launch blocking, marks and runs it here). Returns the
+    /// latch its readers wait on.
+    pub(crate) fn submit(self: &Arc<Self>, job: Job) -> Arc<Latch> {
+        let latch = Arc::new(Latch::default());
         if crate::config::launch_blocking() {
-            run_job(job);
-            return;
+            for (_, s) in &job.outputs {
+                s.start(&latch);
+            }
+            run_job(job, &latch);
+            return latch;
         }
         let mut q = self.queue.lock();
-        q.jobs.push_back(job);
+        for (_, s) in &job.outputs {
+            s.start(&latch);
+        }
+        q.jobs.push_back((job, latch.clone()));
         q.outstanding += 1;
         if !q.worker_started {
             q.worker_started = true;
@@ -93,11 +150,12 @@ impl Executor {
                 .expect("spawning the lazyfuse executor thread");
         }
         self.cv.notify_all();
+        latch
     }
 
     fn work(&self) {
         loop {
-            let job = {
+            let (job, latch) = {
                 let mut q = self.queue.lock();
                 loop {
                     if let Some(j) = q.jobs.pop_front() {
@@ -106,7 +164,7 @@ impl Executor {
                     self.cv.wait(&mut q);
                 }
             };
-            run_job(job);
+            run_job(job, &latch);
             let mut q = self.queue.lock();
             q.outstanding -= 1;
             self.cv.notify_all();
@@ -125,148 +183,167 @@ impl Executor {
     }
 }
 
-/// Runs one job and always finishes its batch, even if running it panics
-/// (a bug): its tensors then fail instead of hanging their readers.
-fn run_job(job: Job) {
+/// Runs one job and always opens its latch, even if running it panics
+/// (a bug): its values then fail instead of hanging their readers.
+fn run_job(job: Job, latch: &Latch) {
     let Job {
-        device,
+        rt,
+        ordinal,
         graph,
-        live,
-        leaves,
+        outputs,
+        inputs,
         fuse,
-        batch,
         reason,
     } = job;
     let _span =
         tracing::debug_span!("flush", reason = reason.name(), nodes = graph.len()).entered();
     // Weak: the job must not keep its results alive past binding them.
-    let live_for_panic: Vec<std::sync::Weak<TensorInner>> =
-        live.iter().map(|(_, t)| Arc::downgrade(t)).collect();
+    let for_panic: Vec<Weak<dyn Slot>> = outputs.iter().map(|(_, s)| Arc::downgrade(s)).collect();
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        execute_graph(&device, &graph, live, leaves, fuse)
+        execute_graph(&rt, ordinal, &graph, outputs, inputs, fuse)
     }));
     if r.is_err() {
-        for t in live_for_panic.iter().filter_map(|w| w.upgrade()) {
-            let mut st = t.state.lock();
-            if matches!(*st, TState::InFlight(_)) {
-                *st = TState::Failed(Error::Pjrt(
-                    "internal error while running a flushed graph".into(),
-                ));
-            }
+        for s in for_panic.iter().filter_map(Weak::upgrade) {
+            s.bind(Err(Error::internal("panic while running a flushed graph")));
         }
     }
     // Everything the job held is released before its readers wake up, so
     // they observe the final buffer accounting.
     drop(graph);
     drop(_span);
-    batch.finish();
+    latch.open();
+}
+
+/// The values of one job's nodes as it runs: computed buffers, or why not.
+struct Values {
+    bufs: Vec<Option<Arc<DeviceBuffer>>>,
+    failed: Vec<Option<Error>>,
+}
+
+impl Values {
+    fn get(&self, n: NodeId) -> Option<Result<&Arc<DeviceBuffer>>> {
+        match (&self.bufs[n.index()], &self.failed[n.index()]) {
+            (Some(b), _) => Some(Ok(b)),
+            (None, Some(e)) => Some(Err(e.clone())),
+            (None, None) => None,
+        }
+    }
+
+    fn fail_region(&mut self, region: &Region, e: Error) {
+        metrics::add(&C.region_failures, 1);
+        tracing::error!(region = %region.key, "{e}");
+        for o in &region.outputs {
+            self.bufs[o.index()] = None;
+            self.failed[o.index()] = Some(e.clone());
+        }
+    }
 }
 
 fn execute_graph(
-    device: &Device,
+    rt: &Runtime,
+    ordinal: usize,
     graph: &Graph,
-    live: Vec<(NodeId, Arc<TensorInner>)>,
-    leaves: Vec<(NodeId, Leaf)>,
+    outputs: Vec<(NodeId, Arc<dyn Slot>)>,
+    inputs: Vec<(NodeId, Input)>,
     fuse: bool,
 ) {
-    // Futures were computed by earlier jobs (submission order): read them.
-    let mut leaf_bufs: Vec<(NodeId, Arc<DeviceBuffer>)> = Vec::with_capacity(leaves.len());
-    let mut leaf_failures: Vec<(NodeId, Error)> = Vec::new();
-    for (n, leaf) in leaves {
-        match leaf {
-            Leaf::Buffer(b) => leaf_bufs.push((n, b)),
-            Leaf::Future(t) => loop {
-                let st = t.state.lock();
-                match &*st {
-                    TState::Ready(b) => leaf_bufs.push((n, b.clone())),
-                    TState::Failed(e) => leaf_failures.push((n, e.clone())),
-                    // Only with launch blocking, where jobs run on their
-                    // flushing threads: the producer started earlier on
-                    // another thread and never waits for us.
-                    TState::InFlight(batch) => {
-                        let batch = batch.clone();
-                        drop(st);
-                        batch.wait();
-                        continue;
-                    }
-                    TState::Pending { .. } => leaf_failures.push((
-                        n,
-                        Error::Pjrt("internal: input computed out of order".into()),
-                    )),
-                }
-                break;
-            },
+    let mut values = Values {
+        bufs: vec![None; graph.len()],
+        failed: vec![None; graph.len()],
+    };
+    let dying = read_inputs(inputs, &mut values);
+    let wanted: Vec<NodeId> = outputs.iter().map(|(n, _)| *n).collect();
+    let plan = plan_graph(graph, &wanted, &dying, fuse);
+    let launched = launch_regions(rt, ordinal, graph, &plan, &mut values);
+    await_regions(rt, graph, launched, &mut values);
+    for (id, slot) in outputs {
+        slot.bind(match values.get(id) {
+            Some(r) => r.cloned(),
+            None => Err(Error::internal(format!(
+                "node {} was not computed by the plan",
+                id.index()
+            ))),
+        });
+    }
+}
+
+/// Step 1: reads the graph's inputs (futures were computed by earlier jobs,
+/// in submission order) and returns those whose buffer only this job holds:
+/// they die here and are donated.
+fn read_inputs(inputs: Vec<(NodeId, Input)>, values: &mut Values) -> Vec<NodeId> {
+    for (n, input) in inputs {
+        let r = match input {
+            Input::Buffer(b) => Ok(b),
+            Input::Future(s) => s.read(),
+        };
+        match r {
+            Ok(b) => values.bufs[n.index()] = Some(b),
+            Err(e) => values.failed[n.index()] = Some(e),
         }
     }
-    let live_ids: Vec<NodeId> = live.iter().map(|(n, _)| *n).collect();
+    values
+        .bufs
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.as_ref().is_some_and(|b| Arc::strong_count(b) == 1))
+        .map(|(i, _)| NodeId::new(i))
+        .collect()
+}
+
+/// Step 2: cuts the graph into regions.
+fn plan_graph(graph: &Graph, wanted: &[NodeId], dying: &[NodeId], fuse: bool) -> Plan {
     let opts = PlanOptions {
         fuse,
         ..PlanOptions::default()
     };
-    // A leaf whose buffer only this flush holds dies here: donate it.
-    let dying: Vec<NodeId> = leaf_bufs
-        .iter()
-        .filter(|(_, b)| Arc::strong_count(b) == 1)
-        .map(|(n, _)| *n)
-        .collect();
     let t_plan = std::time::Instant::now();
     let plan = tracing::debug_span!("plan", nodes = graph.len())
-        .in_scope(|| plan_with_donation(graph, &live_ids, &dying, &opts));
+        .in_scope(|| plan_with_donation(graph, wanted, dying, &opts));
     metrics::observe_since(metrics::Phase::Plan, t_plan);
     metrics::observe(metrics::Phase::RegionsPerFlush, plan.regions.len() as u64);
     crate::dump::flush_log(graph, &plan);
-    let mut values: Vec<Option<Arc<DeviceBuffer>>> = vec![None; graph.len()];
-    let mut failed: Vec<Option<Error>> = vec![None; graph.len()];
-    for (n, b) in leaf_bufs {
-        values[n.index()] = Some(b);
-    }
-    for (n, e) in leaf_failures {
-        failed[n.index()] = Some(e);
-    }
-    // Launch every region without waiting (the device orders them through
-    // their buffers), then wait once per region while `values` keeps every
-    // argument alive.
+    plan
+}
+
+/// Step 3: launches every region without waiting (the device orders them
+/// through their buffers); returns the launches still to be awaited.
+fn launch_regions<'p>(
+    rt: &Runtime,
+    ordinal: usize,
+    graph: &Graph,
+    plan: &'p Plan,
+    values: &mut Values,
+) -> Vec<(&'p Region, crate::backend::Completion)> {
     let mut launched = Vec::with_capacity(plan.regions.len());
     for region in &plan.regions {
-        match run_region(device, graph, region, &values, &failed) {
+        match run_region(rt, ordinal, graph, region, values) {
             Ok((outs, done)) => {
                 for (o, b) in region.outputs.iter().zip(outs) {
-                    values[o.index()] = Some(b);
+                    values.bufs[o.index()] = Some(b);
                 }
                 if let Some(done) = done {
                     launched.push((region, done));
                 }
             }
-            Err(e) => fail_region(region, e, &mut failed),
+            Err(e) => values.fail_region(region, e),
         }
     }
-    for (region, done) in launched {
-        if let Err(m) = device.rt.wait(done) {
-            let e = region_error(graph, region, "execution", m);
-            for o in &region.outputs {
-                values[o.index()] = None;
-            }
-            fail_region(region, e, &mut failed);
-        }
-    }
-    for (id, t) in live {
-        let new = match (&values[id.index()], &failed[id.index()]) {
-            (Some(b), _) => TState::Ready(b.clone()),
-            (None, Some(e)) => TState::Failed(e.clone()),
-            (None, None) => TState::Failed(Error::Pjrt(format!(
-                "internal: node {} was not computed by the plan",
-                id.index()
-            ))),
-        };
-        *t.state.lock() = new;
-    }
+    launched
 }
 
-fn fail_region(region: &Region, e: Error, failed: &mut [Option<Error>]) {
-    metrics::add(&C.region_failures, 1);
-    tracing::error!(region = %region.key, "{e}");
-    for o in &region.outputs {
-        failed[o.index()] = Some(e.clone());
+/// Step 4: waits once per launched region while `values` keeps every
+/// argument alive; a failed execution poisons that region's outputs.
+fn await_regions(
+    rt: &Runtime,
+    graph: &Graph,
+    launched: Vec<(&Region, crate::backend::Completion)>,
+    values: &mut Values,
+) {
+    for (region, done) in launched {
+        if let Err(e) = rt.wait(done) {
+            let e = region_error(graph, region, "execution", e.message());
+            values.fail_region(region, e);
+        }
     }
 }
 
@@ -281,51 +358,45 @@ fn region_error(graph: &Graph, region: &Region, stage: &'static str, message: St
 
 /// Compiles (or fetches) and launches one region.
 fn run_region(
-    device: &Device,
+    rt: &Runtime,
+    ordinal: usize,
     graph: &Graph,
     region: &Region,
-    values: &[Option<Arc<DeviceBuffer>>],
-    failed: &[Option<Error>],
-) -> Result<(Vec<Arc<DeviceBuffer>>, Option<crate::pjrt::Completion>)> {
-    let rt = &device.rt;
+    values: &Values,
+) -> Result<(Vec<Arc<DeviceBuffer>>, Option<crate::backend::Completion>)> {
     let _span =
         tracing::debug_span!("region", key = %region.key, nodes = region.nodes.len()).entered();
     let mut lifted: SmallVec<[Arc<DeviceBuffer>; 4]> = SmallVec::new();
-    for p in &region.params {
-        if values[p.index()].is_none() && failed[p.index()].is_none() {
+    for &p in &region.params {
+        if values.get(p).is_none() {
             // A lifted host scalar: a parameter, so its value is not in the key.
-            if let Op::Constant { value, dtype, .. } = graph.node(*p).op {
-                lifted.push(rt.scalar(value, dtype, device.ordinal)?);
+            if let Op::Constant { value, dtype, .. } = graph.node(p).op {
+                lifted.push(rt.scalar(value, dtype, ordinal)?);
             }
         }
     }
     let mut lifted_iter = lifted.iter();
     let mut args: SmallVec<[&DeviceBuffer; 8]> = SmallVec::new();
-    for p in &region.params {
-        match (&values[p.index()], &failed[p.index()]) {
-            (Some(b), _) => args.push(b),
-            (None, Some(e)) => return Err(e.clone()),
-            (None, None) => match lifted_iter.next() {
+    for &p in &region.params {
+        match values.get(p) {
+            Some(r) => args.push(r?),
+            None => match lifted_iter.next() {
                 Some(b) => args.push(b),
                 None => {
-                    return Err(Error::Pjrt(format!(
-                        "internal: parameter {} has no value",
+                    return Err(Error::internal(format!(
+                        "parameter {} has no value",
                         p.index()
                     )))
                 }
             },
         }
     }
-    let describe =
-        |stage: &'static str, message: String| region_error(graph, region, stage, message);
+    let describe = |stage: &'static str, e: Error| region_error(graph, region, stage, e.message());
     let exe = rt
-        .executable(
-            region.key,
-            || crate::lower::lower_region(graph, region),
-            || crate::explain::on_compile(graph, region),
-        )
-        .map_err(|m| describe("compile", m))?;
-    crate::testing::execution_fault(graph, region).map_err(|m| describe("execution", m))?;
+        .compile_or_fetch(graph, region, || crate::explain::on_compile(graph, region))
+        .map_err(|e| describe("compile", e))?;
+    crate::testing::execution_fault(graph, region)
+        .map_err(|m| describe("execution", Error::Pjrt(m)))?;
     let outs: Vec<_> = region
         .outputs
         .iter()
@@ -335,8 +406,8 @@ fn run_region(
         })
         .collect();
     let donate: SmallVec<[usize; 4]> = region.aliases.iter().map(|&(k, _)| k).collect();
-    rt.launch(&exe, &args, &donate, device.ordinal, &outs)
-        .map_err(|m| describe("execution", m))
+    rt.launch(&exe, &args, &donate, ordinal, &outs)
+        .map_err(|e| describe("execution", e))
 }
 
 /// `op @ file:line` for the region's ops (at most 8, then a count).

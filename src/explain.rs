@@ -15,10 +15,9 @@ use lazyfuse_fusion::{describe, primary_cause, summarize, Cause, Description, Re
 use lazyfuse_ir::Graph;
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// Explanations kept for the report.
-pub const MAX_KEPT: usize = 32;
+/// Explanations kept for [`recent`].
+pub const MAX_KEPT: usize = crate::metrics::RECENT_RECOMPILES_KEPT;
 /// Signatures remembered (the map is cleared when it grows past this).
 const MAX_SIGNATURES: usize = 16_384;
 
@@ -55,7 +54,6 @@ struct State {
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
-static BY_CAUSE: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
 
 /// Called before `region` is compiled: explains it if its structure was
 /// compiled before with other types or attributes.
@@ -88,7 +86,7 @@ pub(crate) fn on_compile(graph: &Graph, region: &Region) {
     }
     st.last.insert(sig, desc);
     if let Some(r) = event {
-        BY_CAUSE[r.cause as usize].fetch_add(1, Relaxed);
+        crate::metrics::recompiled(r.cause as usize, r.to_string());
         tracing::warn!(region = %r.key, cause = r.cause.name(), origin = %r.origin, "{r}");
         if st.recent.len() >= MAX_KEPT {
             st.recent.pop_front();
@@ -99,7 +97,7 @@ pub(crate) fn on_compile(graph: &Graph, region: &Region) {
 
 /// Recompiles so far by cause, in [`Cause::ALL`] order.
 pub fn counts() -> [u64; 4] {
-    std::array::from_fn(|i| BY_CAUSE[i].load(Relaxed))
+    crate::metrics::recompile_counts()
 }
 
 /// The most recent recompile explanations, oldest first.

@@ -18,14 +18,20 @@
 
 #![warn(missing_docs)]
 
+// The layers, top to bottom (a module only names modules below it):
+//   nn, optim -> autograd -> tensor -> lazy -> device -> executor -> runtime
+//   -> backend -> lower, persist, dump -> pjrt; with the leaves error,
+//   config, metrics, explain and exit, and the crates fusion and ir below.
 pub mod autograd;
+mod backend;
 mod config;
-mod context;
 mod device;
 mod dump;
 mod error;
 mod executor;
+mod exit;
 pub mod explain;
+mod lazy;
 mod lower;
 pub mod metrics;
 pub mod nn;
@@ -39,12 +45,10 @@ mod tensor;
 pub mod testing;
 
 pub use autograd::{is_grad_enabled, no_grad, NoGradGuard};
-pub use config::{
-    fusion_enabled, launch_blocking, max_pending_ops, set_fusion, set_max_pending_ops, FusionGuard,
-};
-pub use context::pending_ops;
+pub use config::{fusion_enabled, launch_blocking, max_pending_ops, set_max_pending_ops};
 pub use device::Device;
 pub use error::{Error, Result};
+pub use lazy::{pending_ops, set_fusion, FusionGuard};
 pub use lazyfuse_ir::{DType, Element, HostTensor, Shape};
 pub use tensor::{flush, sync, Tensor};
 

@@ -56,7 +56,7 @@ impl FlushReason {
 macro_rules! counters {
     ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
         pub(crate) struct Counters { $(pub $name: AtomicU64,)* pub flushes: [AtomicU64; 7] }
-        pub(crate) static C: Counters = Counters { $($name: AtomicU64::new(0),)* flushes: [const { AtomicU64::new(0) }; 7] };
+        pub(crate) static COUNTERS: Counters = Counters { $($name: AtomicU64::new(0),)* flushes: [const { AtomicU64::new(0) }; 7] };
 
         /// A point-in-time copy of every counter.
         #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -72,9 +72,9 @@ macro_rules! counters {
         /// Reads every counter.
         pub fn snapshot() -> Snapshot {
             Snapshot {
-                $($name: C.$name.load(Relaxed),)*
-                flushes_by_reason: std::array::from_fn(|i| C.flushes[i].load(Relaxed)),
-                recompiles_by_cause: crate::explain::counts(),
+                $($name: COUNTERS.$name.load(Relaxed),)*
+                flushes_by_reason: std::array::from_fn(|i| COUNTERS.flushes[i].load(Relaxed)),
+                recompiles_by_cause: recompile_counts(),
             }
         }
 
@@ -350,7 +350,7 @@ pub(crate) fn sub(c: &AtomicU64, v: u64) {
 }
 
 pub(crate) fn flush(r: FlushReason) {
-    C.flushes[r as usize].fetch_add(1, Relaxed);
+    COUNTERS.flushes[r as usize].fetch_add(1, Relaxed);
 }
 
 /// The metrics report: one `name: value` line per figure: every counter,
@@ -372,32 +372,45 @@ pub fn report() -> String {
         let _ = writeln!(s, "{n}_p90: {}", d.p90);
         let _ = writeln!(s, "{n}_p99: {}", d.p99);
     }
-    for r in crate::explain::recent() {
+    for r in RECENT_RECOMPILES.lock().iter() {
         let _ = writeln!(s, "recompile: {r}");
     }
     s
 }
 
-extern "C" {
-    fn atexit(cb: extern "C" fn()) -> i32;
-}
-
-extern "C" fn print_report_at_exit() {
-    // Never unwind across the C boundary.
-    let _ = std::panic::catch_unwind(|| eprint!("lazyfuse metrics\n{}", report()));
+fn print_report() {
+    eprint!("lazyfuse metrics\n{}", report());
 }
 
 /// Registers the `TPU_METRICS=1` exit report once per process.
 pub(crate) fn install_exit_report() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        if crate::config::metrics_at_exit() {
-            // SAFETY: registering a plain `extern "C" fn` with no captured state.
-            unsafe {
-                atexit(print_report_at_exit);
-            }
-        }
-    });
+    if crate::config::metrics_at_exit() {
+        crate::exit::on_exit(crate::exit::Stage::Report, print_report);
+    }
+}
+
+/// Recompiles by cause index (`lazyfuse::fusion::Cause` order); the explain
+/// layer counts into these so the report needs nothing above this module.
+static RECOMPILES: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+/// Explanations shown in the report, most recent last.
+static RECENT_RECOMPILES: parking_lot::Mutex<std::collections::VecDeque<String>> =
+    parking_lot::Mutex::new(std::collections::VecDeque::new());
+/// How many explanations the report keeps.
+pub const RECENT_RECOMPILES_KEPT: usize = 32;
+
+/// Counts one recompile of cause index `cause` and keeps its explanation.
+pub(crate) fn recompiled(cause: usize, explanation: String) {
+    RECOMPILES[cause].fetch_add(1, Relaxed);
+    let mut r = RECENT_RECOMPILES.lock();
+    if r.len() >= RECENT_RECOMPILES_KEPT {
+        r.pop_front();
+    }
+    r.push_back(explanation);
+}
+
+/// Recompiles so far by cause index.
+pub(crate) fn recompile_counts() -> [u64; 4] {
+    std::array::from_fn(|i| RECOMPILES[i].load(Relaxed))
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@
 //! evicted. Every failure of the cache is logged and ignored: the cache can
 //! make a run faster, never make it fail.
 
-use crate::metrics::{self, C};
+use crate::metrics::{self, COUNTERS as C};
 use crate::pjrt;
 use lazyfuse_fusion::RegionKey;
 use parking_lot::Mutex;
@@ -41,15 +41,13 @@ const MAGIC: &[u8; 8] = b"LZFXEXE\0";
 /// magic, version, entry key, payload length, checksum.
 const HEADER_LEN: usize = 8 + 4 + 16 + 8 + 8;
 const EXT: &str = "lfx";
-/// Default bound of the cache directory.
-pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
 /// Temporary files older than this are leftovers of a crashed writer.
 const STALE_TMP: Duration = Duration::from_secs(600);
 
 fn dir() -> Option<&'static PathBuf> {
     static D: OnceLock<Option<PathBuf>> = OnceLock::new();
     D.get_or_init(|| {
-        let d = PathBuf::from(std::env::var_os("TPU_CACHE_DIR").filter(|v| !v.is_empty())?);
+        let d = crate::config::cache_dir()?.clone();
         if let Err(e) = std::fs::create_dir_all(&d) {
             tracing::warn!("TPU_CACHE_DIR {}: cannot create: {e}", d.display());
             return None;
@@ -59,15 +57,9 @@ fn dir() -> Option<&'static PathBuf> {
     .as_ref()
 }
 
-/// `TPU_CACHE_MAX_BYTES`, default [`DEFAULT_MAX_BYTES`].
+/// `TPU_CACHE_MAX_BYTES` (default 1 GiB).
 fn max_bytes() -> u64 {
-    static M: OnceLock<u64> = OnceLock::new();
-    *M.get_or_init(|| {
-        std::env::var("TPU_CACHE_MAX_BYTES")
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(DEFAULT_MAX_BYTES)
-    })
+    crate::config::cache_max_bytes()
 }
 
 /// 128 bits from two fixed-key hashers over the same data.

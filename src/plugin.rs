@@ -8,7 +8,6 @@
 //! later run. Users who cannot or do not want to download point
 //! `TPU_PJRT_PLUGIN` at a plugin they already have.
 
-use std::ffi::OsString;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,9 +16,9 @@ use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Environment variable naming a PJRT plugin to use instead of the default.
-pub const PLUGIN_ENV: &str = "TPU_PJRT_PLUGIN";
+pub const PLUGIN_ENV: &str = crate::config::PJRT_PLUGIN;
 /// Environment variable overriding the cache directory.
-pub const CACHE_ENV: &str = "LAZYFUSE_CACHE";
+pub const CACHE_ENV: &str = crate::config::PLUGIN_CACHE;
 
 /// The pinned plugin wheel: name, version and the SHA-256 of
 /// `xla_cpu_pjrt-0.0.1-py3-none-manylinux_2_27_x86_64.whl` on PyPI.
@@ -82,8 +81,7 @@ impl ProvisionError {
 ///
 /// Blocking; the download (~63 MB) happens at most once per cache directory.
 pub fn default_plugin_path() -> Result<PathBuf, ProvisionError> {
-    if let Some(p) = non_empty_env(PLUGIN_ENV) {
-        let path = PathBuf::from(p);
+    if let Some(path) = crate::config::plugin_override() {
         return if path.is_file() {
             Ok(path)
         } else {
@@ -113,25 +111,10 @@ pub fn default_plugin_path() -> Result<PathBuf, ProvisionError> {
     Ok(target)
 }
 
-/// The value of `name` if set and not empty (an empty variable counts as
-/// unset, so `VAR= cmd` disables an override).
-fn non_empty_env(name: &str) -> Option<OsString> {
-    std::env::var_os(name).filter(|v| !v.is_empty())
-}
-
 /// The lazyfuse cache directory (see [`default_plugin_path`]).
 fn cache_dir() -> Result<PathBuf, ProvisionError> {
-    if let Some(dir) = non_empty_env(CACHE_ENV) {
-        return Ok(PathBuf::from(dir));
-    }
-    // The XDG spec says relative values are invalid and must be ignored.
-    if let Some(dir) = non_empty_env("XDG_CACHE_HOME").map(PathBuf::from) {
-        if dir.is_absolute() {
-            return Ok(dir.join("lazyfuse"));
-        }
-    }
-    if let Some(home) = non_empty_env("HOME") {
-        return Ok(PathBuf::from(home).join(".cache").join("lazyfuse"));
+    if let Some(dir) = crate::config::plugin_cache_root() {
+        return Ok(dir);
     }
     Err(ProvisionError::new(format!(
         "cannot locate the XLA CPU PJRT plugin: none of {CACHE_ENV}, XDG_CACHE_HOME or HOME is \

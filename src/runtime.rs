@@ -1,12 +1,18 @@
-//! One loaded PJRT client with its compile cache: the only place that talks to
-//! the device. Shared by every thread and every tensor of a [`crate::Device`].
+//! One backend client with its compile cache: the only layer that talks to
+//! the device. Shared by every thread and every tensor of a
+//! [`crate::Device`]; it does not know about executors, graphs of threads
+//! or tensors (those live above it).
+//!
+//! What it owns: device buffers ([`DeviceBuffer`], counted in the metrics),
+//! the in-memory compile cache keyed by canonical region key (threads
+//! missing the same key wait for one compile), and the cache of uploaded
+//! lifted scalars.
 
-use crate::executor::Executor;
-use crate::metrics::{self, C};
-use crate::pjrt;
+use crate::backend::{Backend, Completion, InterpBackend, PjrtBackend, RawBuffer, RawExecutable};
+use crate::metrics::{self, COUNTERS as C};
 use crate::{Error, Result};
-use lazyfuse_fusion::RegionKey;
-use lazyfuse_ir::{DType, HostTensor, Literal, Shape};
+use lazyfuse_fusion::{Region, RegionKey};
+use lazyfuse_ir::{DType, Graph, HostTensor, Literal, Shape};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
@@ -16,22 +22,24 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// A device-resident array. Owned by `Arc` so tensors, pending graphs and
-/// in-flight regions can share it; the PJRT buffer is destroyed exactly once
-/// when the last holder drops.
+/// in-flight regions can share it; the backend buffer is destroyed exactly
+/// once when the last holder drops.
 pub struct DeviceBuffer {
-    buf: pjrt::Buffer,
+    raw: RawBuffer,
+    /// The array's dimensions.
     pub shape: Shape,
+    /// The array's element type.
     pub dtype: DType,
     bytes: usize,
 }
 
 impl DeviceBuffer {
-    fn new(buf: pjrt::Buffer, shape: Shape, dtype: DType) -> Arc<Self> {
+    fn new(raw: RawBuffer, shape: Shape, dtype: DType) -> Arc<Self> {
         let bytes = shape.numel() * dtype.size_in_bytes();
         metrics::add(&C.live_buffers, 1);
         metrics::add(&C.live_buffer_bytes, bytes as u64);
         Arc::new(DeviceBuffer {
-            buf,
+            raw,
             shape,
             dtype,
             bytes,
@@ -46,21 +54,10 @@ impl Drop for DeviceBuffer {
     }
 }
 
-type Slot = Arc<Mutex<Option<Arc<pjrt::LoadedExecutable>>>>;
+/// A compiled region, shared by every launch of its key.
+pub(crate) type Executable = Arc<RawExecutable>;
 
-/// A PJRT client plus everything keyed to it.
-pub struct Runtime {
-    /// Process-unique id (devices compare by it).
-    pub id: u32,
-    /// The plugin this runtime was loaded from.
-    plugin_path: PathBuf,
-    client: pjrt::Client,
-    cache: Mutex<HashMap<RegionKey, Slot>>,
-    /// Uploaded lifted scalars by (bits, dtype, device): a loop reuses its
-    /// learning rate's buffer instead of transferring it every step.
-    scalars: Mutex<ScalarCache>,
-    executor: Arc<Executor>,
-}
+type Slot = Arc<Mutex<Option<Executable>>>;
 
 type ScalarCache =
     HashMap<(Literal, DType, usize), Arc<DeviceBuffer>, BuildHasherDefault<ahash::AHasher>>;
@@ -71,68 +68,67 @@ const MAX_CACHED_SCALARS: usize = 4096;
 
 static NEXT_ID: AtomicU32 = AtomicU32::new(1);
 
+/// A backend client plus everything keyed to it.
+pub struct Runtime {
+    /// Process-unique id (devices compare by it).
+    pub id: u32,
+    backend: Box<dyn Backend>,
+    /// The plugin this runtime was loaded from (`None` for the interpreter).
+    plugin_path: Option<PathBuf>,
+    cache: Mutex<HashMap<RegionKey, Slot>>,
+    /// Uploaded lifted scalars by (bits, dtype, device): a loop reuses its
+    /// learning rate's buffer instead of transferring it every step.
+    scalars: Mutex<ScalarCache>,
+}
+
 impl Runtime {
-    /// Loads the plugin at `path` and creates its client.
-    pub fn load(path: &Path) -> Result<Arc<Runtime>> {
-        let plugin = pjrt::Plugin::load(path).map_err(|e| {
-            Error::Plugin(format!(
-                "cannot load {}: {e}. Set TPU_PJRT_PLUGIN=/path/to/a/pjrt_plugin.so, or unset it to use the provisioned CPU plugin",
-                path.display()
-            ))
-        })?;
-        let client = pjrt::Client::new(plugin).map_err(|e| {
-            Error::Plugin(format!(
-                "cannot create a client from {}: {e}",
-                path.display()
-            ))
-        })?;
+    fn new(backend: Box<dyn Backend>, plugin_path: Option<PathBuf>) -> Arc<Runtime> {
         metrics::install_exit_report();
-        tune_malloc();
-        let rt = Arc::new(Runtime {
+        Arc::new(Runtime {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            plugin_path: path.to_path_buf(),
-            client,
+            backend,
+            plugin_path,
             cache: Mutex::new(HashMap::new()),
             scalars: Mutex::new(ScalarCache::default()),
-            executor: Arc::new(Executor::default()),
-        });
-        drain_at_exit(&rt);
-        Ok(rt)
+        })
     }
 
-    /// The plugin file this runtime was loaded from.
+    /// Loads the PJRT plugin at `path` and creates its client.
+    pub fn load(path: &Path) -> Result<Arc<Runtime>> {
+        let backend = PjrtBackend::load(path)?;
+        tune_malloc();
+        Ok(Runtime::new(Box::new(backend), Some(path.to_path_buf())))
+    }
+
+    /// A runtime over the reference interpreter.
+    pub fn interpreter() -> Arc<Runtime> {
+        Runtime::new(Box::new(InterpBackend), None)
+    }
+
+    /// The plugin file this runtime was loaded from (empty for the interpreter).
     pub fn plugin_path(&self) -> &Path {
-        &self.plugin_path
-    }
-
-    /// The worker that runs this runtime's flushed graphs in order.
-    pub(crate) fn executor(&self) -> &Arc<Executor> {
-        &self.executor
+        self.plugin_path.as_deref().unwrap_or(Path::new(""))
     }
 
     /// Number of addressable devices of this client.
     pub fn device_count(&self) -> usize {
-        self.client.addressable_device_count()
+        self.backend.device_count()
     }
 
-    /// The platform name reported by the plugin (`cpu`, `cuda`, ...).
+    /// The platform name reported by the backend (`cpu`, `cuda`, `interpreter`, ...).
     pub fn platform_name(&self) -> String {
-        self.client
-            .platform_name()
-            .unwrap_or_else(|_| "unknown".into())
+        self.backend.platform_name()
     }
 
     /// Copies a host array to device `ordinal`.
     pub fn upload(&self, host: &HostTensor, ordinal: usize) -> Result<Arc<DeviceBuffer>> {
         let _span = tracing::debug_span!("h2d", bytes = host.bytes.len()).entered();
         let t0 = Instant::now();
-        let buf =
-            self.client
-                .buffer_from_host(&host.bytes, host.dtype, host.shape.dims(), ordinal)?;
+        let raw = self.backend.upload(host, ordinal)?;
         metrics::observe_since(metrics::Phase::HostToDevice, t0);
         metrics::add(&C.h2d_transfers, 1);
         metrics::add(&C.h2d_bytes, host.bytes.len() as u64);
-        Ok(DeviceBuffer::new(buf, host.shape.clone(), host.dtype))
+        Ok(DeviceBuffer::new(raw, host.shape.clone(), host.dtype))
     }
 
     /// A device buffer holding the rank-0 `value` of `dtype` (cached).
@@ -154,7 +150,7 @@ impl Runtime {
             },
             &[],
         )
-        .map_err(|e| Error::Pjrt(format!("invalid scalar: {e}")))?;
+        .map_err(|e| Error::internal(format!("invalid lifted scalar: {e}")))?;
         let b = self.upload(&host, ordinal)?;
         let mut map = self.scalars.lock();
         if map.len() >= MAX_CACHED_SCALARS {
@@ -169,7 +165,7 @@ impl Runtime {
         let _span = tracing::debug_span!("d2h", bytes = buf.bytes).entered();
         let t0 = Instant::now();
         let mut bytes = vec![0u8; buf.bytes];
-        buf.buf.to_host(&mut bytes)?;
+        self.backend.download(&buf.raw, &mut bytes)?;
         metrics::observe_since(metrics::Phase::DeviceToHost, t0);
         metrics::add(&C.d2h_transfers, 1);
         metrics::add(&C.d2h_bytes, bytes.len() as u64);
@@ -180,42 +176,24 @@ impl Runtime {
         })
     }
 
-    /// The executable for `key`, compiling `lower()` on a miss. Threads missing
-    /// the same key wait for one compile; a failed compile is not cached.
-    /// On a miss the persistent cache (`TPU_CACHE_DIR`) is tried first;
-    /// `on_compile` runs just before an actual XLA compile.
-    pub fn executable(
+    /// The executable for `region` (key `region.key`), compiling it on a
+    /// miss. Threads missing the same key wait for one compile; a failed
+    /// compile is not cached. `on_compile` runs just before real compile
+    /// work (not on a hit, nor on a persistent-cache load).
+    pub(crate) fn compile_or_fetch(
         &self,
-        key: RegionKey,
-        lower: impl FnOnce() -> String,
-        on_compile: impl FnOnce(),
-    ) -> std::result::Result<Arc<pjrt::LoadedExecutable>, String> {
+        graph: &Graph,
+        region: &Region,
+        mut on_compile: impl FnMut(),
+    ) -> Result<Executable> {
+        let key = region.key;
         let slot = self.cache.lock().entry(key).or_default().clone();
         let mut guard = slot.lock();
         if let Some(exe) = guard.as_ref() {
             metrics::add(&C.cache_hits, 1);
             return Ok(exe.clone());
         }
-        let text = lower();
-        crate::dump::region_text(key, &text);
-        // Hook: persistent cache lookup.
-        let t0 = Instant::now();
-        if let Some(exe) = crate::persist::load(&self.client, &self.plugin_path, key, &text) {
-            metrics::observe_since(metrics::Phase::DiskCacheLoad, t0);
-            let exe = Arc::new(exe);
-            *guard = Some(exe.clone());
-            return Ok(exe);
-        }
-        on_compile();
-        let _span = tracing::debug_span!("compile", region = %key, bytes = text.len()).entered();
-        let t0 = Instant::now();
-        let result = self.client.compile(&text);
-        metrics::add(&C.compile_ns, t0.elapsed().as_nanos() as u64);
-        metrics::observe_since(metrics::Phase::Compile, t0);
-        let exe = Arc::new(result.map_err(|e| e.to_string())?);
-        metrics::add(&C.compiles, 1);
-        // Hook: persistent cache store.
-        crate::persist::store(&self.client, &self.plugin_path, key, &text, &exe);
+        let exe = Arc::new(self.backend.compile(key, graph, region, &mut on_compile)?);
         *guard = Some(exe.clone());
         Ok(exe)
     }
@@ -224,15 +202,15 @@ impl Runtime {
     /// returned completion must be awaited while `args` are kept alive.
     /// With `TPU_LAUNCH_BLOCKING=1` it waits here, so a failure surfaces at
     /// the region that caused it.
-    pub fn launch(
+    pub(crate) fn launch(
         &self,
-        exe: &pjrt::LoadedExecutable,
+        exe: &RawExecutable,
         args: &[&DeviceBuffer],
         donate: &[usize],
         ordinal: usize,
         outputs: &[(Shape, DType)],
-    ) -> std::result::Result<(Vec<Arc<DeviceBuffer>>, Option<pjrt::Completion>), String> {
-        let raw: Vec<&pjrt::Buffer> = args.iter().map(|b| &b.buf).collect();
+    ) -> Result<(Vec<Arc<DeviceBuffer>>, Option<Completion>)> {
+        let raw: smallvec::SmallVec<[&RawBuffer; 8]> = args.iter().map(|b| &b.raw).collect();
         let _span = tracing::debug_span!(
             "execute",
             args = args.len(),
@@ -240,12 +218,10 @@ impl Runtime {
         )
         .entered();
         let t0 = Instant::now();
-        let (outs, done) = exe
-            .launch(&raw, ordinal, donate)
-            .map_err(|e| e.to_string())?;
+        let (outs, done) = self.backend.execute(exe, &raw, donate, ordinal, outputs)?;
         metrics::add(&C.buffers_donated, donate.len() as u64);
         let done = if crate::config::launch_blocking() {
-            done.wait().map_err(|e| e.to_string())?;
+            self.backend.wait(done)?;
             None
         } else {
             Some(done)
@@ -254,11 +230,11 @@ impl Runtime {
         metrics::observe_since(metrics::Phase::Launch, t0);
         metrics::add(&C.regions_executed, 1);
         if outs.len() != outputs.len() {
-            return Err(format!(
+            return Err(Error::internal(format!(
                 "executable returned {} outputs, expected {}",
                 outs.len(),
                 outputs.len()
-            ));
+            )));
         }
         let bufs = outs
             .into_iter()
@@ -269,40 +245,13 @@ impl Runtime {
     }
 
     /// Waits for a launched execution (time counted as execution time).
-    pub fn wait(&self, done: pjrt::Completion) -> std::result::Result<(), String> {
+    pub(crate) fn wait(&self, done: Completion) -> Result<()> {
         let t0 = Instant::now();
-        let r = done.wait().map_err(|e| e.to_string());
+        let r = self.backend.wait(done);
         metrics::add(&C.execute_ns, t0.elapsed().as_nanos() as u64);
         metrics::observe_since(metrics::Phase::Await, t0);
         r
     }
-}
-
-/// Runtimes whose executors must drain before the process exits.
-static DRAIN: Mutex<Vec<Arc<Executor>>> = Mutex::new(Vec::new());
-
-extern "C" {
-    fn atexit(cb: extern "C" fn()) -> i32;
-}
-
-extern "C" fn drain_executors() {
-    // Work still in flight at exit would race the plugin's own teardown.
-    let _ = std::panic::catch_unwind(|| {
-        for e in DRAIN.lock().iter() {
-            e.drain(std::time::Duration::from_secs(30));
-        }
-    });
-}
-
-fn drain_at_exit(rt: &Arc<Runtime>) {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    DRAIN.lock().push(rt.executor.clone());
-    ONCE.call_once(|| {
-        // SAFETY: registers a plain `extern "C" fn` without captured state.
-        unsafe {
-            atexit(drain_executors);
-        }
-    });
 }
 
 /// Raises glibc's mmap and trim thresholds (unless the user set them through
@@ -315,11 +264,7 @@ fn tune_malloc() {
     {
         static ONCE: std::sync::Once = std::sync::Once::new();
         ONCE.call_once(|| {
-            let user_set = ["MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"]
-                .iter()
-                .any(|k| std::env::var_os(k).is_some());
-            let off = std::env::var("LAZYFUSE_MALLOC_TUNING").is_ok_and(|v| v.trim() == "0");
-            if user_set || off {
+            if !crate::config::malloc_tuning() {
                 return;
             }
             extern "C" {

@@ -2,7 +2,7 @@
 //! then walk them from the root down, applying each op's rule and summing
 //! gradients per node; leaves accumulate into their `grad` slot.
 
-use super::{meta, requires, rules, GradNode, Meta, NoGradGuard, Saved};
+use super::{meta_arc, requires, rules, GradNode, Meta, NoGradGuard, Saved};
 use crate::tensor::{Arg, Tensor};
 use crate::{Error, Result};
 use smallvec::SmallVec;
@@ -47,9 +47,9 @@ fn topo_order(root: &Arc<Meta>, loc: &'static Location<'static>) -> Result<Vec<A
         if let Meta::Node(n) = &*m {
             for s in saved_inputs(n, loc)? {
                 if let Saved::T(t) = s {
-                    if let Some(c) = meta(&t) {
-                        if matches!(**c, Meta::Node(_)) && !seen.contains(&key(c)) {
-                            stack.push((c.clone(), false));
+                    if let Some(c) = meta_arc(&t) {
+                        if matches!(*c, Meta::Node(_)) && !seen.contains(&key(&c)) {
+                            stack.push((c, false));
                         }
                     }
                 }
@@ -80,18 +80,18 @@ pub(super) fn run(root: &Tensor, retain: bool, loc: &'static Location<'static>) 
     if !root.dtype().is_float() {
         return bad("needs a float tensor".into());
     }
-    let Some(rm) = meta(root).filter(|_| requires(root)) else {
+    let Some(rm) = meta_arc(root).filter(|_| requires(root)) else {
         return bad("this tensor does not require grad: no input was marked with set_requires_grad(true) (or it was computed under no_grad)".into());
     };
     let _ng = NoGradGuard::new();
     let seed = root.ones_like()?;
-    if let Meta::Leaf { grad, .. } = &**rm {
+    if let Meta::Leaf { grad, .. } = &*rm {
         accumulate(&mut grad.lock(), seed)?;
         return Ok(());
     }
-    let order = topo_order(rm, loc)?;
+    let order = topo_order(&rm, loc)?;
     let mut grads: HashMap<usize, Tensor> = HashMap::new();
-    grads.insert(key(rm), seed);
+    grads.insert(key(&rm), seed);
     for m in &order {
         let Meta::Node(node) = &**m else { continue };
         let inputs = if retain {
@@ -127,10 +127,11 @@ pub(super) fn run(root: &Tensor, retain: bool, loc: &'static Location<'static>) 
                 continue;
             };
             debug_assert_eq!(gi.shape(), t.shape(), "{} gradient shape", node.op.name());
-            match meta(t).map(|m| &**m) {
+            let m = meta_arc(t);
+            match m.as_deref() {
                 Some(Meta::Leaf { grad, .. }) => accumulate(&mut grad.lock(), gi)?,
                 Some(Meta::Node(_)) => {
-                    let k = key(meta(t).expect("checked above"));
+                    let k = key(m.as_ref().expect("checked above"));
                     let mut slot = grads.remove(&k);
                     accumulate(&mut slot, gi)?;
                     grads.insert(k, slot.expect("just accumulated"));

@@ -20,7 +20,8 @@
 mod backward;
 mod rules;
 
-use crate::tensor::{Arg, Tensor, TensorInner};
+use crate::lazy::TensorInner;
+use crate::tensor::{Arg, Tensor};
 use crate::{Error, Result};
 use lazyfuse_ir::{DType, Literal, Op};
 use parking_lot::Mutex;
@@ -100,26 +101,42 @@ pub fn no_grad<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
-fn meta(t: &Tensor) -> Option<&Arc<Meta>> {
-    t.0.autograd.get()
+fn meta(t: &Tensor) -> Option<&Meta> {
+    t.0.autograd.get().and_then(|m| m.downcast_ref::<Meta>())
+}
+
+/// [`meta`] as a shared handle (the backward pass keys nodes by it).
+fn meta_arc(t: &Tensor) -> Option<Arc<Meta>> {
+    t.0.autograd
+        .get()
+        .cloned()
+        .and_then(|m| m.downcast::<Meta>().ok())
 }
 
 fn requires(t: &Tensor) -> bool {
-    match meta(t).map(|m| &**m) {
+    match meta(t) {
         None => false,
         Some(Meta::Leaf { requires, .. }) => requires.load(Ordering::Relaxed),
         Some(Meta::Node(_)) => true,
     }
 }
 
-/// True when recording `args` must attach a grad node (the recording hook).
-pub(crate) fn tracks(args: &[Arg<'_>]) -> bool {
+/// True when recording `args` must attach a grad node.
+fn tracks(args: &[Arg<'_>]) -> bool {
     let any = args.iter().any(|a| matches!(a, Arg::T(t) if requires(t)));
     any && is_grad_enabled()
 }
 
+/// The tape hook the tensor layer calls after recording an op on operands
+/// with autograd state: attaches the op's grad node when it is tracked.
+fn tape(op: Op, args: &[Arg<'_>], out: &Tensor, origin: &'static Location<'static>) {
+    if tracks(args) {
+        attach(op, args, out, origin);
+    }
+}
+
 /// Attaches the grad node of `op` on `args` to the freshly recorded `out`.
-pub(crate) fn attach(op: Op, args: &[Arg<'_>], out: &Tensor, origin: &'static Location<'static>) {
+fn attach(op: Op, args: &[Arg<'_>], out: &Tensor, origin: &'static Location<'static>) {
     if !out.dtype().is_float() {
         return; // comparisons, argmax, indices: nothing flows back
     }
@@ -154,18 +171,20 @@ impl Tensor {
                 loc,
             ));
         }
+        crate::tensor::install_tape(tape);
         let m = self.0.autograd.get_or_init(|| {
             Arc::new(Meta::Leaf {
                 requires: AtomicBool::new(on),
                 grad: Mutex::new(None),
             })
         });
-        match &**m {
-            Meta::Leaf { requires, .. } => {
+        match m.downcast_ref::<Meta>() {
+            None => Err(Error::internal("foreign autograd state")),
+            Some(Meta::Leaf { requires, .. }) => {
                 requires.store(on, Ordering::Relaxed);
                 Ok(())
             }
-            Meta::Node(_) => Err(Error::op(
+            Some(Meta::Node(_)) => Err(Error::op(
                 "set_requires_grad",
                 "not a leaf: this tensor is computed from tensors that require grad (use detach())",
                 self.describe(),
@@ -188,12 +207,12 @@ impl Tensor {
 
     /// True unless this tensor was computed by a tracked op.
     pub fn is_leaf(&self) -> bool {
-        !matches!(meta(self).map(|m| &**m), Some(Meta::Node(_)))
+        !matches!(meta(self), Some(Meta::Node(_)))
     }
 
     /// The gradient accumulated in this leaf by backward passes, if any.
     pub fn grad(&self) -> Option<Tensor> {
-        match meta(self).map(|m| &**m) {
+        match meta(self) {
             Some(Meta::Leaf { grad, .. }) => grad.lock().clone(),
             _ => None,
         }
@@ -201,7 +220,7 @@ impl Tensor {
 
     /// Replaces (or with `None` clears) the accumulated gradient of a leaf.
     pub fn set_grad(&self, g: Option<Tensor>) {
-        if let Some(Meta::Leaf { grad, .. }) = meta(self).map(|m| &**m) {
+        if let Some(Meta::Leaf { grad, .. }) = meta(self) {
             *grad.lock() = g;
         }
     }
@@ -216,18 +235,7 @@ impl Tensor {
     /// an identity node, which costs nothing once fused.
     #[track_caller]
     pub fn detach(&self) -> Result<Tensor> {
-        if meta(self).is_none() {
-            return Ok(self.clone());
-        }
-        if let Some(buf) = self.ready_buffer() {
-            return Ok(Tensor::ready(buf, self.device()));
-        }
-        let _g = NoGradGuard::new();
-        Tensor::apply(
-            Op::Reshape(self.shape().clone()),
-            &[self],
-            Location::caller(),
-        )
+        self.stop_gradient(Location::caller())
     }
 
     /// Computes the gradient of this one-element float tensor with respect

@@ -2,8 +2,7 @@
 //! types), argmax (a variadic reduce with an associative tie-break) and
 //! batched matmul (`dot_general`, with a single GEMM for shared 2-D weights).
 
-use super::emit::{i64_array, ty, Emitter};
-use super::ops::compare_attr;
+use super::emit::{compare_attr, i64_array, ty, Emitter};
 use lazyfuse_ir::{CmpOp, DType, Literal, NodeId, ReduceOp, Shape};
 use std::fmt::Write;
 

@@ -1,6 +1,6 @@
 //! Text emission helpers shared by the op lowerings.
 
-use lazyfuse_ir::{DType, Graph, HostTensor, Literal, NodeId, Shape};
+use lazyfuse_ir::{CmpOp, DType, Graph, HostTensor, Literal, NodeId, Shape};
 use std::fmt::Write;
 use std::panic::Location;
 
@@ -178,4 +178,28 @@ impl<'g> Emitter<'g> {
             &ty(to, dtype),
         )
     }
+}
+
+fn compare_type(dt: DType) -> &'static str {
+    match dt {
+        d if d.is_float() => "FLOAT",
+        DType::I32 | DType::I64 => "SIGNED",
+        _ => "UNSIGNED",
+    }
+}
+
+/// The attributes of a `stablehlo.compare` of direction `c` on `dt` operands.
+pub(super) fn compare_attr(c: CmpOp, dt: DType) -> String {
+    let dir = match c {
+        CmpOp::Eq => "EQ",
+        CmpOp::Ne => "NE",
+        CmpOp::Lt => "LT",
+        CmpOp::Le => "LE",
+        CmpOp::Gt => "GT",
+        CmpOp::Ge => "GE",
+    };
+    format!(
+        "comparison_direction = #stablehlo<comparison_direction {dir}>, compare_type = #stablehlo<comparison_type {}>",
+        compare_type(dt)
+    )
 }

@@ -1,7 +1,7 @@
 //! Per-op lowering rules (the StableHLO meaning of each IR op).
 
 use super::contract::{argmax, matmul, reduce};
-use super::emit::{i64_array, ty, Emitter};
+use super::emit::{compare_attr, i64_array, ty, Emitter};
 use lazyfuse_ir::{BinaryOp, CmpOp, DType, Literal, NodeId, Op, Shape, UnaryOp};
 
 /// Lowers node `id` (its operands are already lowered) and binds its value.
@@ -368,29 +368,6 @@ fn extremum(e: &mut Emitter<'_>, name: &str, x: &str, y: &str, s: &Shape, dt: DT
         &[(&xn, b), (x, t.clone()), (&r1, t.clone())],
         "",
         &t,
-    )
-}
-
-fn compare_type(dt: DType) -> &'static str {
-    match dt {
-        d if d.is_float() => "FLOAT",
-        DType::I32 | DType::I64 => "SIGNED",
-        _ => "UNSIGNED",
-    }
-}
-
-pub(super) fn compare_attr(c: CmpOp, dt: DType) -> String {
-    let dir = match c {
-        CmpOp::Eq => "EQ",
-        CmpOp::Ne => "NE",
-        CmpOp::Lt => "LT",
-        CmpOp::Le => "LE",
-        CmpOp::Gt => "GT",
-        CmpOp::Ge => "GE",
-    };
-    format!(
-        "comparison_direction = #stablehlo<comparison_direction {dir}>, compare_type = #stablehlo<comparison_type {}>",
-        compare_type(dt)
     )
 }
 

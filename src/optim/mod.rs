@@ -59,7 +59,7 @@ impl StepScalars {
 
     /// The scalars as rank-0 tensors of `dtype` on `device`.
     pub(crate) fn get(&mut self, dtype: DType, device: &Device) -> Result<&[Tensor]> {
-        let key = (dtype, device.rt.id, device.ordinal);
+        let key = (dtype, device.client_id(), device.ordinal());
         if !self.cache.contains_key(&key) {
             let ts = self
                 .values

@@ -8,7 +8,6 @@
 //! name the user's line, and validates its own arguments up front.
 
 use super::Tensor;
-use crate::autograd::no_grad;
 use crate::{Error, Result};
 use lazyfuse_ir::DType;
 use std::panic::Location;
@@ -24,12 +23,10 @@ impl Tensor {
     /// Non-finite maxima become 0 so all-`-inf` rows do not turn into NaN.
     #[track_caller]
     fn stable_shift(&self, axis: isize) -> Result<Tensor> {
-        no_grad(|| {
-            let m = self.max(&[axis], true)?;
-            let finite = m.abs()?.lt_scalar(f64::INFINITY)?;
-            let zero = Tensor::zeros(&[], self.dtype(), self.device())?;
-            finite.where_cond(&m, &zero)
-        })
+        let m = self.stop_gradient(Location::caller())?.max(&[axis], true)?;
+        let finite = m.abs()?.lt_scalar(f64::INFINITY)?;
+        let zero = Tensor::zeros(&[], self.dtype(), self.device())?;
+        finite.where_cond(&m, &zero)
     }
 
     /// `exp(x) / sum(exp(x))` along `axis`, computed stably.

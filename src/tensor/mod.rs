@@ -12,30 +12,18 @@ mod index;
 mod ops;
 mod overload;
 
-use crate::context::Ctx;
-use crate::executor::Batch;
+use crate::lazy::{LazyArg, TensorInner};
 use crate::metrics::FlushReason;
 use crate::runtime::DeviceBuffer;
 use crate::{Device, Error, Result};
-use lazyfuse_ir::{DType, Element, HostTensor, NodeId, Op, Shape};
-use parking_lot::Mutex;
+use lazyfuse_ir::{DType, Element, HostTensor, Op, Shape};
 use smallvec::SmallVec;
 use std::panic::Location;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// An n-dimensional array on a [`Device`] with eager semantics and lazy execution.
 #[derive(Clone)]
 pub struct Tensor(pub(crate) Arc<TensorInner>);
-
-pub(crate) struct TensorInner {
-    pub shape: Shape,
-    pub dtype: DType,
-    pub device: Device,
-    pub state: Mutex<TState>,
-    /// Autograd bookkeeping, set only for tensors that take part in
-    /// differentiation (so untracked tensors pay one empty `OnceLock`).
-    pub autograd: std::sync::OnceLock<Arc<crate::autograd::Meta>>,
-}
 
 /// An operand as recorded: a tensor, or a host scalar of a dtype.
 pub(crate) enum Arg<'a> {
@@ -43,20 +31,17 @@ pub(crate) enum Arg<'a> {
     Scalar(lazyfuse_ir::Literal, DType),
 }
 
-/// Where a tensor's value is.
-pub(crate) enum TState {
-    /// Recorded in `ctx`'s graph of generation `gen` as `node`.
-    Pending {
-        ctx: Arc<Ctx>,
-        node: NodeId,
-        gen: u64,
-    },
-    /// Flushed: the executor is computing it as part of this batch.
-    InFlight(Arc<Batch>),
-    /// Materialised on the device.
-    Ready(Arc<DeviceBuffer>),
-    /// Its computation failed in XLA; reading it returns this error.
-    Failed(Error),
+/// What the layer above (autograd) does after an op on tracked operands is
+/// recorded: the tape seam. Installed once, by the first tensor that
+/// requires grad, so this layer never names autograd and untracked
+/// programs pay one atomic load per op.
+pub(crate) type TapeHook = fn(Op, &[Arg<'_>], &Tensor, &'static Location<'static>);
+
+static TAPE: OnceLock<TapeHook> = OnceLock::new();
+
+/// Installs the tape hook (first call wins; later calls are no-ops).
+pub(crate) fn install_tape(hook: TapeHook) {
+    let _ = TAPE.set(hook);
 }
 
 impl Tensor {
@@ -93,34 +78,18 @@ impl Tensor {
     /// True while the value is only recorded in its thread's graph (not yet
     /// flushed to the executor).
     pub fn is_pending(&self) -> bool {
-        matches!(*self.0.state.lock(), TState::Pending { .. })
+        self.0.is_pending()
     }
 
     /// True once the value is computed and resident on the device (or its
     /// computation failed). Never blocks.
     pub fn is_ready(&self) -> bool {
-        matches!(*self.0.state.lock(), TState::Ready(_) | TState::Failed(_))
+        self.0.is_ready()
     }
 
     /// Flushes whatever graph holds this tensor and returns its device buffer.
     fn materialize(&self, reason: FlushReason) -> Result<Arc<DeviceBuffer>> {
-        loop {
-            let st = self.0.state.lock();
-            match &*st {
-                TState::Ready(b) => return Ok(b.clone()),
-                TState::Failed(e) => return Err(e.clone()),
-                TState::Pending { ctx, .. } => {
-                    let ctx = ctx.clone();
-                    drop(st);
-                    ctx.flush(reason);
-                }
-                TState::InFlight(batch) => {
-                    let batch = batch.clone();
-                    drop(st);
-                    batch.wait();
-                }
-            }
-        }
+        self.0.materialize(reason)
     }
 
     /// Computes the tensor on its device without copying it to the host
@@ -254,12 +223,47 @@ impl Tensor {
                 loc,
             ));
         }
-        let track = crate::autograd::tracks(args).then(|| op.clone());
-        let out = crate::context::record(device, op, args, shape, dtype, loc)?;
-        if let Some(op) = track {
-            crate::autograd::attach(op, args, &out, loc);
+        let tape = TAPE.get().filter(|_| {
+            args.iter()
+                .any(|a| matches!(a, Arg::T(t) if t.0.autograd.get().is_some()))
+        });
+        let track = tape.map(|h| (*h, op.clone()));
+        let lazy: SmallVec<[LazyArg<'_>; 3]> = args
+            .iter()
+            .map(|a| match a {
+                Arg::T(t) => LazyArg::Value(&t.0),
+                Arg::Scalar(l, d) => LazyArg::Scalar(*l, *d),
+            })
+            .collect();
+        let out = Tensor(crate::lazy::record(device, op, &lazy, shape, dtype, loc)?);
+        if let Some((hook, op)) = track {
+            hook(op, args, &out, loc);
         }
         Ok(out)
+    }
+
+    /// The same value without autograd state: a fresh handle no gradient
+    /// flows through. A materialised tensor shares its buffer; a pending one
+    /// is an identity node recorded past the tape, which costs nothing once
+    /// fused. (`detach` is this, for users.)
+    pub(crate) fn stop_gradient(&self, loc: &'static Location<'static>) -> Result<Tensor> {
+        if self.0.autograd.get().is_none() {
+            return Ok(self.clone());
+        }
+        if let Some(buf) = self.ready_buffer() {
+            return Ok(Tensor::ready(buf, self.device()));
+        }
+        let op = Op::Reshape(self.shape().clone());
+        let lazy = [LazyArg::Value(&self.0)];
+        let inner = crate::lazy::record(
+            self.device(),
+            op,
+            &lazy,
+            self.shape().clone(),
+            self.dtype(),
+            loc,
+        )?;
+        Ok(Tensor(inner))
     }
 
     /// Records a leaf-producing op (constants, arange) on `device`.
@@ -271,26 +275,24 @@ impl Tensor {
     ) -> Result<Tensor> {
         let (shape, dtype) =
             lazyfuse_ir::infer(&op, &[]).map_err(|e| Error::op(name, e, String::new(), loc))?;
-        crate::context::record(device, op, &[], shape, dtype, loc)
+        Ok(Tensor(crate::lazy::record(
+            device,
+            op,
+            &[],
+            shape,
+            dtype,
+            loc,
+        )?))
     }
 
     /// The device buffer if the value is already materialised (no flush).
     pub(crate) fn ready_buffer(&self) -> Option<Arc<DeviceBuffer>> {
-        match &*self.0.state.lock() {
-            TState::Ready(b) => Some(b.clone()),
-            _ => None,
-        }
+        self.0.ready_buffer()
     }
 
     /// Wraps an already materialised buffer.
     pub(crate) fn ready(buf: Arc<DeviceBuffer>, device: &Device) -> Tensor {
-        Tensor(Arc::new(TensorInner {
-            shape: buf.shape.clone(),
-            dtype: buf.dtype,
-            device: device.clone(),
-            state: Mutex::new(TState::Ready(buf)),
-            autograd: Default::default(),
-        }))
+        Tensor(TensorInner::ready(buf, device))
     }
 }
 
@@ -298,13 +300,13 @@ impl Tensor {
 /// returns at once: compilation and execution overlap with whatever the
 /// thread records next (later graphs may use the in-flight results).
 pub fn flush() {
-    let _ = crate::context::sync_thread(FlushReason::Sync);
+    let _ = crate::lazy::sync_thread(FlushReason::Sync);
 }
 
 /// Flushes every graph the calling thread has pending and waits until they
 /// are computed (a sync point, like `torch_xla.sync()` + `wait_device_ops()`).
 pub fn sync() {
-    for batch in crate::context::sync_thread(FlushReason::Sync) {
-        batch.wait();
+    for latch in crate::lazy::sync_thread(FlushReason::Sync) {
+        latch.wait();
     }
 }

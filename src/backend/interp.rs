@@ -1,0 +1,165 @@
+//! The interpreter backend: `lazyfuse-ir`'s reference interpreter as a
+//! device. Buffers are host arrays; "compiling" a region extracts it into a
+//! standalone graph (parameters become inputs), and executing evaluates that
+//! graph on the host, synchronously. It is slow by design and exact by
+//! definition: the interpreter is the executable specification of every op.
+//!
+//! Compiles are counted like XLA compiles, so tests that pin "compiles
+//! once, then 0" hold on both backends.
+
+use super::{foreign, Backend, Completion, RawBuffer, RawExecutable};
+use crate::metrics::{self, COUNTERS as C};
+use crate::{Error, Result};
+use lazyfuse_fusion::{Region, RegionKey};
+use lazyfuse_ir::{interp, DType, Graph, HostTensor, NodeId, Op, Shape};
+use std::collections::HashMap;
+use std::time::Instant;
+
+/// A region as a standalone graph: `params[i]` is the input node of the
+/// region's parameter `i`, `outputs[j]` the node of its output `j`.
+pub(crate) struct Program {
+    graph: Graph,
+    params: Vec<NodeId>,
+    outputs: Vec<NodeId>,
+}
+
+impl Program {
+    /// Copies `region` out of `graph`.
+    fn extract(graph: &Graph, region: &Region) -> Result<Program> {
+        let mut g = Graph::new();
+        let mut map: HashMap<NodeId, NodeId> = HashMap::new();
+        let bad = |e: lazyfuse_ir::InferError| Error::internal(format!("extracting a region: {e}"));
+        let mut params = Vec::with_capacity(region.params.len());
+        for &p in &region.params {
+            let n = graph.node(p);
+            let op = Op::Input {
+                shape: n.shape.clone(),
+                dtype: n.dtype,
+            };
+            let id = g.push(op, &[], n.origin).map_err(bad)?;
+            map.insert(p, id);
+            params.push(id);
+        }
+        for &id in &region.nodes {
+            let n = graph.node(id);
+            let inputs: Vec<NodeId> = n
+                .inputs
+                .iter()
+                .map(|i| {
+                    map.get(i)
+                        .copied()
+                        .ok_or_else(|| Error::internal("region node reads a value it lacks"))
+                })
+                .collect::<Result<_>>()?;
+            let new = g.push(n.op.clone(), &inputs, n.origin).map_err(bad)?;
+            map.insert(id, new);
+        }
+        let outputs = region
+            .outputs
+            .iter()
+            .map(|o| {
+                map.get(o)
+                    .copied()
+                    .ok_or_else(|| Error::internal("region output is not computed by it"))
+            })
+            .collect::<Result<_>>()?;
+        Ok(Program {
+            graph: g,
+            params,
+            outputs,
+        })
+    }
+}
+
+/// The reference-interpreter device (one device, host memory).
+pub(crate) struct InterpBackend;
+
+impl Backend for InterpBackend {
+    fn platform_name(&self) -> String {
+        "interpreter".into()
+    }
+
+    fn device_count(&self) -> usize {
+        1
+    }
+
+    fn upload(&self, host: &HostTensor, _ordinal: usize) -> Result<RawBuffer> {
+        Ok(RawBuffer::Host(host.clone()))
+    }
+
+    fn download(&self, buf: &RawBuffer, out: &mut [u8]) -> Result<()> {
+        match buf {
+            RawBuffer::Host(h) if h.bytes.len() == out.len() => {
+                out.copy_from_slice(&h.bytes);
+                Ok(())
+            }
+            RawBuffer::Host(h) => Err(Error::internal(format!(
+                "download of {} bytes into {}",
+                h.bytes.len(),
+                out.len()
+            ))),
+            RawBuffer::Pjrt(_) => Err(foreign("buffer")),
+        }
+    }
+
+    fn compile(
+        &self,
+        _key: RegionKey,
+        graph: &Graph,
+        region: &Region,
+        on_compile: &mut dyn FnMut(),
+    ) -> Result<RawExecutable> {
+        on_compile();
+        let t0 = Instant::now();
+        let p = Program::extract(graph, region)?;
+        metrics::add(&C.compile_ns, t0.elapsed().as_nanos() as u64);
+        metrics::observe_since(metrics::Phase::Compile, t0);
+        metrics::add(&C.compiles, 1);
+        Ok(RawExecutable::Interp(p))
+    }
+
+    fn execute(
+        &self,
+        exe: &RawExecutable,
+        args: &[&RawBuffer],
+        _donate: &[usize],
+        _ordinal: usize,
+        outputs: &[(Shape, DType)],
+    ) -> Result<(Vec<RawBuffer>, Completion)> {
+        let RawExecutable::Interp(p) = exe else {
+            return Err(foreign("executable"));
+        };
+        if args.len() != p.params.len() {
+            return Err(Error::internal(format!(
+                "{} arguments for {} parameters",
+                args.len(),
+                p.params.len()
+            )));
+        }
+        let mut inputs = HashMap::with_capacity(args.len());
+        for (&id, a) in p.params.iter().zip(args) {
+            match a {
+                RawBuffer::Host(h) => inputs.insert(id, h.clone()),
+                RawBuffer::Pjrt(_) => return Err(foreign("argument")),
+            };
+        }
+        let values = interp::eval_graph(&p.graph, &inputs, &p.outputs)
+            .map_err(|e| Error::internal(format!("interpreter: {e}")))?;
+        for (v, (s, d)) in values.iter().zip(outputs) {
+            if &v.shape != s || v.dtype != *d {
+                return Err(Error::internal("interpreter result of an unexpected type"));
+            }
+        }
+        Ok((
+            values.into_iter().map(RawBuffer::Host).collect(),
+            Completion::Done,
+        ))
+    }
+
+    fn wait(&self, done: Completion) -> Result<()> {
+        match done {
+            Completion::Done => Ok(()),
+            Completion::Pjrt(_) => Err(foreign("completion")),
+        }
+    }
+}

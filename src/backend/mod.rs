@@ -1,0 +1,89 @@
+//! The backend seam: what the runtime needs from a device, and nothing
+//! more: transfer (upload, download), compile a fused region, execute it,
+//! await the execution.
+//!
+//! Two implementations:
+//! - [`PjrtBackend`]: XLA through a PJRT plugin (lowering to StableHLO, the
+//!   persistent compile cache, the plugin's client);
+//! - [`InterpBackend`]: `lazyfuse-ir`'s reference interpreter on host
+//!   memory, so any program can run on the reference semantics
+//!   (`Device::interpreter()`) and the lazy, planner and autograd tests run
+//!   on a machine with no plugin at all.
+//!
+//! Buffers, executables and completions are closed enums over the two
+//! representations rather than trait objects: the runtime holds them by
+//! value on the launch path, and a backend handed the other backend's value
+//! answers with an internal error instead of undefined behaviour.
+
+mod interp;
+mod pjrt;
+
+pub(crate) use interp::InterpBackend;
+pub(crate) use pjrt::PjrtBackend;
+
+use crate::Result;
+use lazyfuse_fusion::{Region, RegionKey};
+use lazyfuse_ir::{DType, Graph, HostTensor, Shape};
+
+/// A device-resident array in its backend's representation.
+pub(crate) enum RawBuffer {
+    /// A PJRT buffer.
+    Pjrt(crate::pjrt::Buffer),
+    /// A host array owned by the interpreter device.
+    Host(HostTensor),
+}
+
+/// A compiled region in its backend's representation.
+pub(crate) enum RawExecutable {
+    /// A loaded PJRT executable.
+    Pjrt(crate::pjrt::LoadedExecutable),
+    /// A region extracted into a standalone graph for the interpreter.
+    Interp(interp::Program),
+}
+
+/// An execution that may still be running.
+pub(crate) enum Completion {
+    /// A PJRT execution's completion event.
+    Pjrt(crate::pjrt::Completion),
+    /// Finished when launched (the interpreter runs synchronously).
+    Done,
+}
+
+/// What the runtime asks of a device.
+pub(crate) trait Backend: Send + Sync {
+    /// Platform name, as the plugin reports it (`cpu`, `cuda`, `interpreter`).
+    fn platform_name(&self) -> String;
+    /// Number of addressable devices.
+    fn device_count(&self) -> usize;
+    /// Copies `host` to device `ordinal`.
+    fn upload(&self, host: &HostTensor, ordinal: usize) -> Result<RawBuffer>;
+    /// Copies `buf` into `out` (exactly its byte size).
+    fn download(&self, buf: &RawBuffer, out: &mut [u8]) -> Result<()>;
+    /// Compiles `region` of `graph` (key `key`), calling `on_compile` just
+    /// before real compilation work (not for a persistent-cache load).
+    fn compile(
+        &self,
+        key: RegionKey,
+        graph: &Graph,
+        region: &Region,
+        on_compile: &mut dyn FnMut(),
+    ) -> Result<RawExecutable>;
+    /// Enqueues `exe` on device `ordinal`; `donate` lists argument indices
+    /// whose buffers the execution may reuse; `outputs` are the expected
+    /// result types. Arguments must stay alive until the completion is awaited.
+    fn execute(
+        &self,
+        exe: &RawExecutable,
+        args: &[&RawBuffer],
+        donate: &[usize],
+        ordinal: usize,
+        outputs: &[(Shape, DType)],
+    ) -> Result<(Vec<RawBuffer>, Completion)>;
+    /// Waits for an execution launched by [`Backend::execute`].
+    fn wait(&self, done: Completion) -> Result<()>;
+}
+
+/// The error a backend returns when handed the other backend's value.
+fn foreign(what: &str) -> crate::Error {
+    crate::Error::internal(format!("{what} belongs to another backend"))
+}

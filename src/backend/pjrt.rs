@@ -1,0 +1,124 @@
+//! The PJRT backend: XLA through a plugin's C API. Compiling a region means
+//! lowering it to StableHLO, trying the persistent cache (`TPU_CACHE_DIR`),
+//! then asking the plugin's compiler; executing means enqueueing on the
+//! plugin's device stream and returning its completion event.
+
+use super::{foreign, Backend, Completion, RawBuffer, RawExecutable};
+use crate::metrics::{self, COUNTERS as C};
+use crate::{pjrt, Result};
+use lazyfuse_fusion::{Region, RegionKey};
+use lazyfuse_ir::{DType, Graph, HostTensor, Shape};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// One loaded plugin's client.
+pub(crate) struct PjrtBackend {
+    client: pjrt::Client,
+    plugin_path: PathBuf,
+}
+
+impl PjrtBackend {
+    /// Loads the plugin at `path` and creates its client.
+    pub(crate) fn load(path: &Path) -> Result<PjrtBackend> {
+        let plugin = pjrt::Plugin::load(path).map_err(|e| {
+            crate::Error::Plugin(format!(
+                "cannot load {}: {e}. Set TPU_PJRT_PLUGIN=/path/to/a/pjrt_plugin.so, or unset it to use the provisioned CPU plugin",
+                path.display()
+            ))
+        })?;
+        let client = pjrt::Client::new(plugin).map_err(|e| {
+            crate::Error::Plugin(format!(
+                "cannot create a client from {}: {e}",
+                path.display()
+            ))
+        })?;
+        Ok(PjrtBackend {
+            client,
+            plugin_path: path.to_path_buf(),
+        })
+    }
+}
+
+impl Backend for PjrtBackend {
+    fn platform_name(&self) -> String {
+        self.client
+            .platform_name()
+            .unwrap_or_else(|_| "unknown".into())
+    }
+
+    fn device_count(&self) -> usize {
+        self.client.addressable_device_count()
+    }
+
+    fn upload(&self, host: &HostTensor, ordinal: usize) -> Result<RawBuffer> {
+        let buf =
+            self.client
+                .buffer_from_host(&host.bytes, host.dtype, host.shape.dims(), ordinal)?;
+        Ok(RawBuffer::Pjrt(buf))
+    }
+
+    fn download(&self, buf: &RawBuffer, out: &mut [u8]) -> Result<()> {
+        match buf {
+            RawBuffer::Pjrt(b) => Ok(b.to_host(out)?),
+            RawBuffer::Host(_) => Err(foreign("buffer")),
+        }
+    }
+
+    fn compile(
+        &self,
+        key: RegionKey,
+        graph: &Graph,
+        region: &Region,
+        on_compile: &mut dyn FnMut(),
+    ) -> Result<RawExecutable> {
+        let text = crate::lower::lower_region(graph, region);
+        crate::dump::region_text(key, &text);
+        let t0 = Instant::now();
+        if let Some(exe) = crate::persist::load(&self.client, &self.plugin_path, key, &text) {
+            metrics::observe_since(metrics::Phase::DiskCacheLoad, t0);
+            return Ok(RawExecutable::Pjrt(exe));
+        }
+        on_compile();
+        let _span = tracing::debug_span!("compile", region = %key, bytes = text.len()).entered();
+        let t0 = Instant::now();
+        let result = self.client.compile(&text);
+        metrics::add(&C.compile_ns, t0.elapsed().as_nanos() as u64);
+        metrics::observe_since(metrics::Phase::Compile, t0);
+        let exe = result?;
+        metrics::add(&C.compiles, 1);
+        crate::persist::store(&self.client, &self.plugin_path, key, &text, &exe);
+        Ok(RawExecutable::Pjrt(exe))
+    }
+
+    fn execute(
+        &self,
+        exe: &RawExecutable,
+        args: &[&RawBuffer],
+        donate: &[usize],
+        ordinal: usize,
+        _outputs: &[(Shape, DType)],
+    ) -> Result<(Vec<RawBuffer>, Completion)> {
+        let RawExecutable::Pjrt(exe) = exe else {
+            return Err(foreign("executable"));
+        };
+        let mut raw: smallvec::SmallVec<[&pjrt::Buffer; 8]> = smallvec::SmallVec::new();
+        for a in args {
+            match a {
+                RawBuffer::Pjrt(b) => raw.push(b),
+                RawBuffer::Host(_) => return Err(foreign("argument")),
+            }
+        }
+        let (outs, done) = exe.launch(&raw, ordinal, donate)?;
+        Ok((
+            outs.into_iter().map(RawBuffer::Pjrt).collect(),
+            Completion::Pjrt(done),
+        ))
+    }
+
+    fn wait(&self, done: Completion) -> Result<()> {
+        match done {
+            Completion::Pjrt(c) => Ok(c.wait()?),
+            Completion::Done => Ok(()),
+        }
+    }
+}

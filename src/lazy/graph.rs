@@ -1,0 +1,253 @@
+//! Per-thread recording and flushing: the heart of lazy execution.
+//!
+//! Each thread records into its own graph per device (a [`ThreadGraph`]),
+//! behind a mutex so that another thread touching one of its pending
+//! tensors can flush it. A flush hands the graph, with the tensors still
+//! alive, to the device's executor and returns at once: the live tensors
+//! become in-flight, the thread keeps recording (a later graph may read an
+//! in-flight tensor: jobs run in submission order), and only reading a
+//! value or an explicit wait blocks.
+
+use super::value::{TensorInner, TensorState};
+use crate::executor::{Input, Job, Latch, Slot};
+use crate::metrics::{self, FlushReason, COUNTERS as C};
+use crate::runtime::DeviceBuffer;
+use crate::{Device, Result};
+use lazyfuse_ir::{DType, Graph, Literal, NodeId, Op, Shape};
+use parking_lot::Mutex;
+use smallvec::SmallVec;
+use std::cell::RefCell;
+use std::panic::Location;
+use std::sync::{Arc, OnceLock, Weak};
+
+/// One thread's pending graph on one device.
+pub(crate) struct ThreadGraph {
+    device: Device,
+    state: Mutex<GraphState>,
+}
+
+#[derive(Default)]
+struct GraphState {
+    graph: Graph,
+    /// Bumped at every flush; a pending tensor records the generation of its node.
+    gen: u64,
+    /// The tensor created for each node, if any (indexed by node index).
+    owners: Vec<Weak<TensorInner>>,
+    /// Values entering the graph from outside, deduplicated by address.
+    leaves: std::collections::HashMap<usize, NodeId, std::hash::BuildHasherDefault<ahash::AHasher>>,
+    inputs: Vec<(NodeId, Input)>,
+    /// Fusion mode the pending ops were recorded under.
+    fuse: bool,
+}
+
+thread_local! {
+    static GRAPHS: RefCell<Vec<Arc<ThreadGraph>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// This thread's graph for `device`, created on first use.
+fn thread_graph(device: &Device) -> Arc<ThreadGraph> {
+    GRAPHS.with(|c| {
+        let mut c = c.borrow_mut();
+        if let Some(x) = c.iter().find(|x| x.device.same_device(device)) {
+            return x.clone();
+        }
+        let g = Arc::new(ThreadGraph {
+            device: device.clone(),
+            state: Mutex::new(GraphState::default()),
+        });
+        c.push(g.clone());
+        g
+    })
+}
+
+/// Flushes every graph this thread has pending (without waiting) and
+/// returns the latches of the jobs it queued.
+pub(crate) fn sync_thread(reason: FlushReason) -> Vec<Arc<Latch>> {
+    let graphs: Vec<Arc<ThreadGraph>> = GRAPHS.with(|c| c.borrow().clone());
+    graphs.iter().filter_map(|g| g.flush(reason)).collect()
+}
+
+/// Number of nodes pending in this thread's graph for `device` (for tests and tools).
+pub fn pending_ops(device: &Device) -> usize {
+    thread_graph(device).state.lock().graph.len()
+}
+
+/// An operand as the lazy layer records it.
+pub(crate) enum LazyArg<'a> {
+    /// A tensor's value.
+    Value(&'a Arc<TensorInner>),
+    /// A host scalar of a dtype, recorded as a rank-0 constant.
+    Scalar(Literal, DType),
+}
+
+/// What an operand is from one graph's point of view.
+enum Resolved {
+    Node(NodeId, u64),
+    Buffer(Arc<DeviceBuffer>),
+    Future(Arc<TensorInner>),
+    Scalar(Literal, DType),
+}
+
+/// Records `op` on `inputs` (already validated: `shape`/`dtype` are its
+/// inferred result) into this thread's graph for `device`.
+pub(crate) fn record(
+    device: &Device,
+    op: Op,
+    inputs: &[LazyArg<'_>],
+    shape: Shape,
+    dtype: DType,
+    origin: &'static Location<'static>,
+) -> Result<Arc<TensorInner>> {
+    let t_record = metrics::record_start();
+    let _span = tracing::trace_span!("record", op = op.name()).entered();
+    let tg = thread_graph(device);
+    let fuse = crate::config::fusion_enabled();
+    let eager_flush = !fuse && !matches!(op, Op::Constant { .. });
+    loop {
+        let mut resolved: SmallVec<[Resolved; 3]> = SmallVec::new();
+        for a in inputs {
+            resolved.push(match a {
+                LazyArg::Value(t) => resolve(t, &tg)?,
+                LazyArg::Scalar(l, d) => Resolved::Scalar(*l, *d),
+            });
+        }
+        let mut g = tg.state.lock();
+        if resolved
+            .iter()
+            .any(|r| matches!(r, Resolved::Node(_, gen) if *gen != g.gen))
+        {
+            continue; // our graph was flushed meanwhile: inputs are materialised now
+        }
+        let mut ids: SmallVec<[NodeId; 3]> = SmallVec::new();
+        for r in resolved {
+            ids.push(g.node_for(r, origin));
+        }
+        let id = g
+            .graph
+            .push_inferred(op, &ids, shape.clone(), dtype, origin);
+        let inner = Arc::new(TensorInner {
+            shape,
+            dtype,
+            device: device.clone(),
+            state: Mutex::new(TensorState::Pending {
+                graph: tg.clone(),
+                node: id,
+                gen: g.gen,
+            }),
+            autograd: OnceLock::new(),
+        });
+        let idx = id.index();
+        if g.owners.len() <= idx {
+            g.owners.resize(idx + 1, Weak::new());
+        }
+        g.owners[idx] = Arc::downgrade(&inner);
+        g.fuse = fuse;
+        let cap = g.graph.len() >= crate::config::max_pending_ops();
+        drop(g);
+        metrics::add(&C.ops_recorded, 1);
+        metrics::record_end(t_record);
+        if eager_flush {
+            tg.flush(FlushReason::Eager);
+        } else if cap {
+            tg.flush(FlushReason::GraphCap);
+        }
+        return Ok(inner);
+    }
+}
+
+/// What an input value is from `tg`'s point of view, flushing other
+/// threads' graphs that hold it.
+fn resolve(t: &Arc<TensorInner>, tg: &Arc<ThreadGraph>) -> Result<Resolved> {
+    loop {
+        let st = t.state.lock();
+        match &*st {
+            TensorState::Ready(b) => return Ok(Resolved::Buffer(b.clone())),
+            TensorState::InFlight(_) => return Ok(Resolved::Future(t.clone())),
+            TensorState::Failed(e) => return Err(e.clone()),
+            TensorState::Pending { graph, node, gen } => {
+                if Arc::ptr_eq(graph, tg) {
+                    return Ok(Resolved::Node(*node, *gen));
+                }
+                let other = graph.clone();
+                drop(st);
+                other.flush(FlushReason::CrossThread);
+            }
+        }
+    }
+}
+
+impl GraphState {
+    fn node_for(&mut self, r: Resolved, origin: &'static Location<'static>) -> NodeId {
+        let (key, (shape, dtype), input) = match r {
+            Resolved::Node(n, _) => return n,
+            Resolved::Scalar(value, dtype) => {
+                let shape = Shape::scalar();
+                let op = Op::Constant {
+                    value,
+                    shape: shape.clone(),
+                    dtype,
+                };
+                metrics::add(&C.ops_recorded, 1);
+                return self.graph.push_inferred(op, &[], shape, dtype, origin);
+            }
+            Resolved::Buffer(b) => (
+                Arc::as_ptr(&b) as usize,
+                (b.shape.clone(), b.dtype),
+                Input::Buffer(b),
+            ),
+            Resolved::Future(t) => (
+                Arc::as_ptr(&t) as usize,
+                (t.shape.clone(), t.dtype),
+                Input::Future(t as Arc<dyn Slot>),
+            ),
+        };
+        if let Some(&n) = self.leaves.get(&key) {
+            return n;
+        }
+        let op = Op::Input {
+            shape: shape.clone(),
+            dtype,
+        };
+        let n = self.graph.push_inferred(op, &[], shape, dtype, origin);
+        self.leaves.insert(key, n);
+        self.inputs.push((n, input));
+        n
+    }
+}
+
+impl ThreadGraph {
+    /// Hands everything pending in this graph to the executor and returns
+    /// the latch of the job that computes it (`None` when nothing was
+    /// pending). The graph stays locked until the executor has marked the
+    /// live tensors in flight and queued the job, so no other thread can
+    /// see them pending in a graph that no longer holds them.
+    pub(crate) fn flush(&self, reason: FlushReason) -> Option<Arc<Latch>> {
+        let mut g = self.state.lock();
+        if g.graph.is_empty() {
+            return None;
+        }
+        metrics::flush(reason);
+        let graph = std::mem::take(&mut g.graph);
+        let owners = std::mem::take(&mut g.owners);
+        let inputs = std::mem::take(&mut g.inputs);
+        g.leaves.clear();
+        g.gen += 1;
+        let outputs: Vec<(NodeId, Arc<dyn Slot>)> = owners
+            .iter()
+            .enumerate()
+            .filter_map(|(i, w)| w.upgrade().map(|t| (NodeId::new(i), t as Arc<dyn Slot>)))
+            .collect();
+        let job = Job {
+            rt: self.device.rt.clone(),
+            ordinal: self.device.ordinal,
+            graph,
+            outputs,
+            inputs,
+            fuse: g.fuse,
+            reason,
+        };
+        let latch = self.device.executor.submit(job);
+        drop(g);
+        Some(latch)
+    }
+}

@@ -1,0 +1,21 @@
+//! The lazy layer: per-thread graphs, recording, flushing, and the state of
+//! every tensor's value. It is the one owner of that state machine:
+//!
+//! ```text
+//! Pending (a node of a thread's graph) --flush--> InFlight (a queued job's latch)
+//!     --job binds--> Ready (a device buffer) | Failed (the error)
+//! ```
+//!
+//! A flush hands the graph to the device's executor and returns at once;
+//! the executor binds results through the [`crate::executor::Slot`] seam,
+//! which [`TensorInner`] implements, so the executor never names a tensor.
+//! Nodes nobody holds are never materialised.
+
+mod graph;
+mod mode;
+mod value;
+
+pub use graph::pending_ops;
+pub(crate) use graph::{record, sync_thread, LazyArg};
+pub use mode::{set_fusion, FusionGuard};
+pub(crate) use value::TensorInner;

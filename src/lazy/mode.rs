@@ -1,0 +1,34 @@
+//! Switching a thread's fusion mode. It lives in the lazy layer because a
+//! switch must flush what the thread has pending first, so earlier ops keep
+//! the mode they were recorded under; the mode itself is configuration.
+
+use crate::metrics::FlushReason;
+
+/// Switches fusion on or off for the calling thread, flushing what it has
+/// pending first so earlier ops keep the mode they were recorded under.
+/// Per thread, so concurrent tests and workers never change each other's mode.
+pub fn set_fusion(on: bool) {
+    let _ = super::sync_thread(FlushReason::ModeChange);
+    crate::config::set_thread_fusion(on);
+}
+
+/// Restores the previous fusion mode of this thread when dropped.
+#[must_use = "the previous mode is restored when the guard is dropped"]
+pub struct FusionGuard {
+    previous: bool,
+}
+
+impl FusionGuard {
+    /// Sets fusion to `on` until the guard is dropped.
+    pub fn new(on: bool) -> Self {
+        let previous = crate::config::fusion_enabled();
+        set_fusion(on);
+        FusionGuard { previous }
+    }
+}
+
+impl Drop for FusionGuard {
+    fn drop(&mut self) {
+        set_fusion(self.previous);
+    }
+}
