@@ -21,6 +21,9 @@ fn reduce_init(op: ReduceOp, dt: DType) -> Literal {
     }
 }
 
+/// Reduction `op` of `x` (shape `in_shape`, dtype `dt`) over `axes`, as one
+/// `stablehlo.reduce` (f32 accumulation for half-precision sums, a division
+/// for `mean`, a reshape to `out_shape` for `keepdim`).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn reduce(
     e: &mut Emitter<'_>,
@@ -88,6 +91,8 @@ pub(super) fn reduce(
     }
 }
 
+/// The i64 index of the first maximum of `x` along `axis` (NaN counts as
+/// the maximum), as a variadic reduce over values and an iota of indices.
 pub(super) fn argmax(
     e: &mut Emitter<'_>,
     x: &str,
@@ -181,6 +186,7 @@ pub(super) fn argmax(
     e.reshape(&v, &flat, out_shape, DType::I64)
 }
 
+/// The batched matrix product of node `id`'s operands as one `dot_general`.
 pub(super) fn matmul(e: &mut Emitter<'_>, id: NodeId) -> String {
     let g = e.graph;
     let node = g.node(id);

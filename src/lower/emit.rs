@@ -50,14 +50,20 @@ pub fn literal(value: Literal, dtype: DType) -> String {
 
 /// Accumulates the body of `@main`, naming SSA values.
 pub struct Emitter<'g> {
+    /// The graph whose nodes are lowered (operand shapes and dtypes).
     pub graph: &'g Graph,
+    /// The emitted op lines of `@main`, one per line, indented for the module.
     pub body: String,
+    /// The SSA name bound to each node, by node index.
     names: Vec<Option<String>>,
+    /// The number of the last fresh SSA name (`%v<next>`).
     next: usize,
+    /// The `loc(...)` attached to ops emitted next.
     loc: String,
 }
 
 impl<'g> Emitter<'g> {
+    /// An empty body for lowering nodes of `graph`, no names bound yet.
     pub fn new(graph: &'g Graph) -> Self {
         Emitter {
             graph,
@@ -180,6 +186,7 @@ impl<'g> Emitter<'g> {
     }
 }
 
+/// The `comparison_type` of `stablehlo.compare` on `dt` operands.
 fn compare_type(dt: DType) -> &'static str {
     match dt {
         d if d.is_float() => "FLOAT",

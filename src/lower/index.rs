@@ -47,6 +47,7 @@ struct U32<'a, 'g> {
 }
 
 impl U32<'_, '_> {
+    /// The constant `v` in this shape.
     fn konst(&mut self, v: u32) -> String {
         let s = u32_ty(None);
         let c = self.e.op(
@@ -65,10 +66,12 @@ impl U32<'_, '_> {
             ),
         }
     }
+    /// Binary op `name` on `a` and `b`.
     fn bin(&mut self, name: &str, a: &str, b: &str) -> String {
         let t = u32_ty(self.n);
         self.e.op(name, &[(a, t.clone()), (b, t.clone())], "", &t)
     }
+    /// Binary op `name` on `a` and the constant `k`.
     fn bin_k(&mut self, name: &str, a: &str, k: u32) -> String {
         let c = self.konst(k);
         self.bin(name, a, &c)

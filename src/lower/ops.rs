@@ -1,14 +1,51 @@
 //! Per-op lowering rules (the StableHLO meaning of each IR op).
+//!
+//! [`lower_node`] dispatches on the op to one step per op family:
+//! creation (constants, `arange`), elementwise unary and binary ops,
+//! comparisons and `where`, dtype conversion, layout ops (reshape, permute,
+//! broadcast, slice, concat), reductions and contractions (in `contract.rs`),
+//! and the indexed read and random generator (in `index.rs`).
 
 use super::contract::{argmax, matmul, reduce};
 use super::emit::{compare_attr, i64_array, ty, Emitter};
-use lazyfuse_ir::{BinaryOp, CmpOp, DType, Literal, NodeId, Op, Shape, UnaryOp};
+use lazyfuse_ir::{BinaryOp, CmpOp, DType, Literal, Node, NodeId, Op, ReduceOp, Shape, UnaryOp};
 
 /// Lowers node `id` (its operands are already lowered) and binds its value.
 pub fn lower_node(e: &mut Emitter<'_>, id: NodeId) {
-    let g = e.graph;
-    let node = g.node(id);
+    let node = e.graph.node(id);
     e.set_loc(node.op.name(), node.origin);
+    inject_compile_fault(e, node);
+    let v = match &node.op {
+        Op::Input { .. } => panic!("lowering bug: input node {id:?} must be a region parameter"),
+        Op::Constant { value, .. } => e.constant(*value, &node.shape, node.dtype),
+        Op::Arange {
+            start,
+            step,
+            len,
+            dtype,
+        } => arange(e, *start, *step, *len, *dtype),
+        Op::Unary(u) => elementwise_unary(e, node, *u),
+        Op::Binary(b) => elementwise_binary(e, node, *b),
+        Op::Compare(c) => elementwise_compare(e, node, *c),
+        Op::Select => select(e, node),
+        Op::Convert(to) => convert(e, node, *to),
+        Op::Reduce { op, axes, keepdim } => reduction(e, node, *op, axes, *keepdim),
+        Op::ArgMax { axis, .. } => arg_max(e, node, *axis),
+        Op::Reshape(_) => reshape(e, node),
+        Op::Permute(perm) => permute(e, node, perm),
+        Op::BroadcastTo(_) => broadcast_operand(e, node, 0),
+        Op::Slice { axis, start, len } => slice(e, node, *axis, *start, *len),
+        Op::Concat { axis } => concat(e, node, *axis),
+        Op::MatMul => matmul(e, id),
+        Op::IndexSelect { axis } => index_select(e, node, *axis),
+        Op::RandomUniform { .. } => random_uniform(e, node),
+    };
+    e.bind(id, v);
+}
+
+/// Emits an op XLA rejects before `node`'s own lowering when the test hooks
+/// ask to sabotage the compilation of its op (never without `test-util`).
+fn inject_compile_fault(e: &mut Emitter<'_>, node: &Node) {
     if crate::testing::compile_fault(node.op.name()) {
         e.op(
             "stablehlo.injected_fault",
@@ -17,141 +54,179 @@ pub fn lower_node(e: &mut Emitter<'_>, id: NodeId) {
             &ty(&node.shape, node.dtype),
         );
     }
-    let (shape, dt) = (&node.shape, node.dtype);
-    let arg = |k: usize| node.inputs[k];
-    // Operand `k` broadcast to the output shape, keeping its own dtype.
-    let bcast = |e: &mut Emitter<'_>, k: usize| {
-        let n = g.node(arg(k));
-        let v = e.value(arg(k));
-        e.broadcast(&v, &n.shape, shape, n.dtype)
-    };
-    let v = match &node.op {
-        Op::Input { .. } => panic!("lowering bug: input node {id:?} must be a region parameter"),
-        Op::Constant { value, .. } => e.constant(*value, shape, dt),
-        Op::Arange {
-            start,
-            step,
-            len,
-            dtype,
-        } => arange(e, *start, *step, *len, *dtype),
-        Op::Unary(u) => {
-            let x = e.value(arg(0));
-            unary(e, *u, &x, shape, dt)
-        }
-        Op::Binary(b) => {
-            let (x, y) = (bcast(e, 0), bcast(e, 1));
-            binary(e, *b, &x, &y, shape, dt)
-        }
-        Op::Compare(c) => {
-            let (x, y) = (bcast(e, 0), bcast(e, 1));
-            compare(e, *c, &x, &y, shape, g.node(arg(0)).dtype)
-        }
-        Op::Select => {
-            let (c, x, y) = (bcast(e, 0), bcast(e, 1), bcast(e, 2));
-            let t = ty(shape, dt);
-            e.op(
-                "stablehlo.select",
-                &[
-                    (&c, ty(shape, DType::Bool)),
-                    (&x, t.clone()),
-                    (&y, t.clone()),
-                ],
-                "",
-                &t,
-            )
-        }
-        Op::Convert(to) => {
-            let n = g.node(arg(0));
-            let x = e.value(arg(0));
-            e.convert(&x, shape, n.dtype, *to)
-        }
-        Op::Reduce { op, axes, keepdim } => {
-            let n = g.node(arg(0));
-            let x = e.value(arg(0));
-            reduce(e, *op, &x, &n.shape, axes, *keepdim, shape, dt)
-        }
-        Op::ArgMax { axis, .. } => {
-            let n = g.node(arg(0));
-            let x = e.value(arg(0));
-            argmax(e, &x, &n.shape, n.dtype, *axis, shape)
-        }
-        Op::Reshape(_) => {
-            let n = g.node(arg(0));
-            let x = e.value(arg(0));
-            e.reshape(&x, &n.shape, shape, dt)
-        }
-        Op::Permute(perm) => {
-            let n = g.node(arg(0));
-            let x = e.value(arg(0));
-            let attr = format!("permutation = {}", i64_array(perm.iter().copied()));
-            e.op(
-                "stablehlo.transpose",
-                &[(&x, ty(&n.shape, dt))],
-                &attr,
-                &ty(shape, dt),
-            )
-        }
-        Op::BroadcastTo(_) => bcast(e, 0),
-        Op::Slice { axis, start, len } => {
-            let n = g.node(arg(0));
-            let x = e.value(arg(0));
-            let starts = (0..n.shape.rank()).map(|i| if i == *axis { *start } else { 0 });
-            let limits = (0..n.shape.rank()).map(|i| {
-                if i == *axis {
-                    start + len
-                } else {
-                    n.shape.dims()[i]
-                }
-            });
-            let attr = format!(
-                "start_indices = {}, limit_indices = {}, strides = {}",
-                i64_array(starts),
-                i64_array(limits),
-                i64_array(std::iter::repeat_n(1, n.shape.rank()))
-            );
-            e.op(
-                "stablehlo.slice",
-                &[(&x, ty(&n.shape, dt))],
-                &attr,
-                &ty(shape, dt),
-            )
-        }
-        Op::Concat { axis } => {
-            let args: Vec<(String, String)> = node
-                .inputs
-                .iter()
-                .map(|&i| (e.value(i), ty(&g.node(i).shape, dt)))
-                .collect();
-            let refs: Vec<(&str, String)> =
-                args.iter().map(|(v, t)| (v.as_str(), t.clone())).collect();
-            e.op(
-                "stablehlo.concatenate",
-                &refs,
-                &format!("dimension = {axis} : i64"),
-                &ty(shape, dt),
-            )
-        }
-        Op::MatMul => matmul(e, id),
-        Op::IndexSelect { axis } => {
-            let (xn, inn) = (g.node(arg(0)), g.node(arg(1)));
-            let (x, i) = (e.value(arg(0)), e.value(arg(1)));
-            super::index::index_select(
-                e,
-                (&x, &xn.shape),
-                (&i, &inn.shape, inn.dtype),
-                *axis,
-                shape,
-                dt,
-            )
-        }
-        Op::RandomUniform { .. } => {
-            let s = e.value(arg(0));
-            super::index::random_uniform(e, &s, shape, dt)
-        }
-    };
-    e.bind(id, v);
 }
 
+// ---- Operands ---------------------------------------------------------------
+
+/// Operand `k` of `node`: its SSA value and its node (for shape and dtype).
+fn operand<'g>(e: &Emitter<'g>, node: &Node, k: usize) -> (String, &'g Node) {
+    let id = node.inputs[k];
+    (e.value(id), e.graph.node(id))
+}
+
+/// Operand `k` of `node` broadcast to `node`'s shape, keeping its own dtype
+/// (the implicit NumPy broadcasting of elementwise ops, made explicit).
+fn broadcast_operand(e: &mut Emitter<'_>, node: &Node, k: usize) -> String {
+    let (v, n) = operand(e, node, k);
+    e.broadcast(&v, &n.shape, &node.shape, n.dtype)
+}
+
+// ---- Elementwise ops ----------------------------------------------------------
+
+/// An elementwise unary op on operand 0.
+fn elementwise_unary(e: &mut Emitter<'_>, node: &Node, u: UnaryOp) -> String {
+    let (x, _) = operand(e, node, 0);
+    unary(e, u, &x, &node.shape, node.dtype)
+}
+
+/// An elementwise binary op on both operands broadcast to the result shape.
+fn elementwise_binary(e: &mut Emitter<'_>, node: &Node, b: BinaryOp) -> String {
+    let (x, y) = (broadcast_operand(e, node, 0), broadcast_operand(e, node, 1));
+    binary(e, b, &x, &y, &node.shape, node.dtype)
+}
+
+/// A comparison of both operands broadcast to the result shape; the compare
+/// type comes from the operands' dtype (the result is bool).
+fn elementwise_compare(e: &mut Emitter<'_>, node: &Node, c: CmpOp) -> String {
+    let (x, y) = (broadcast_operand(e, node, 0), broadcast_operand(e, node, 1));
+    let operand_dtype = e.graph.node(node.inputs[0]).dtype;
+    compare(e, c, &x, &y, &node.shape, operand_dtype)
+}
+
+/// `where(cond, on_true, on_false)` with all three broadcast together.
+fn select(e: &mut Emitter<'_>, node: &Node) -> String {
+    let c = broadcast_operand(e, node, 0);
+    let x = broadcast_operand(e, node, 1);
+    let y = broadcast_operand(e, node, 2);
+    let t = ty(&node.shape, node.dtype);
+    e.op(
+        "stablehlo.select",
+        &[
+            (&c, ty(&node.shape, DType::Bool)),
+            (&x, t.clone()),
+            (&y, t.clone()),
+        ],
+        "",
+        &t,
+    )
+}
+
+/// Element type conversion of operand 0 to `to` (nothing when it has it).
+fn convert(e: &mut Emitter<'_>, node: &Node, to: DType) -> String {
+    let (x, n) = operand(e, node, 0);
+    e.convert(&x, &node.shape, n.dtype, to)
+}
+
+// ---- Reductions (lowered in `contract.rs`) --------------------------------
+
+/// A reduction of operand 0 over `axes`.
+fn reduction(
+    e: &mut Emitter<'_>,
+    node: &Node,
+    op: ReduceOp,
+    axes: &[usize],
+    keepdim: bool,
+) -> String {
+    let (x, n) = operand(e, node, 0);
+    reduce(e, op, &x, &n.shape, axes, keepdim, &node.shape, node.dtype)
+}
+
+/// The index of the first maximum of operand 0 along `axis`.
+fn arg_max(e: &mut Emitter<'_>, node: &Node, axis: usize) -> String {
+    let (x, n) = operand(e, node, 0);
+    argmax(e, &x, &n.shape, n.dtype, axis, &node.shape)
+}
+
+// ---- Layout ops -------------------------------------------------------------
+
+/// Operand 0 in the result shape.
+fn reshape(e: &mut Emitter<'_>, node: &Node) -> String {
+    let (x, n) = operand(e, node, 0);
+    e.reshape(&x, &n.shape, &node.shape, node.dtype)
+}
+
+/// Operand 0 with its dims reordered: result dim `i` is its dim `perm[i]`.
+fn permute(e: &mut Emitter<'_>, node: &Node, perm: &[usize]) -> String {
+    let (x, n) = operand(e, node, 0);
+    let dt = node.dtype;
+    let attr = format!("permutation = {}", i64_array(perm.iter().copied()));
+    e.op(
+        "stablehlo.transpose",
+        &[(&x, ty(&n.shape, dt))],
+        &attr,
+        &ty(&node.shape, dt),
+    )
+}
+
+/// `len` elements of operand 0 from `start` along `axis` (unit strides).
+fn slice(e: &mut Emitter<'_>, node: &Node, axis: usize, start: usize, len: usize) -> String {
+    let (x, n) = operand(e, node, 0);
+    let dt = node.dtype;
+    let rank = n.shape.rank();
+    let starts = (0..rank).map(|i| if i == axis { start } else { 0 });
+    let limits = (0..rank).map(|i| {
+        if i == axis {
+            start + len
+        } else {
+            n.shape.dims()[i]
+        }
+    });
+    let attr = format!(
+        "start_indices = {}, limit_indices = {}, strides = {}",
+        i64_array(starts),
+        i64_array(limits),
+        i64_array(std::iter::repeat_n(1, rank))
+    );
+    e.op(
+        "stablehlo.slice",
+        &[(&x, ty(&n.shape, dt))],
+        &attr,
+        &ty(&node.shape, dt),
+    )
+}
+
+/// All operands joined along `axis`.
+fn concat(e: &mut Emitter<'_>, node: &Node, axis: usize) -> String {
+    let dt = node.dtype;
+    let args: Vec<(String, String)> = node
+        .inputs
+        .iter()
+        .map(|&i| (e.value(i), ty(&e.graph.node(i).shape, dt)))
+        .collect();
+    let refs: Vec<(&str, String)> = args.iter().map(|(v, t)| (v.as_str(), t.clone())).collect();
+    e.op(
+        "stablehlo.concatenate",
+        &refs,
+        &format!("dimension = {axis} : i64"),
+        &ty(&node.shape, dt),
+    )
+}
+
+// ---- Indexed reads and random numbers (lowered in `index.rs`) ---------------
+
+/// `index_select(x, axis, idx)`: operand 0 read at the indices of operand 1.
+fn index_select(e: &mut Emitter<'_>, node: &Node, axis: usize) -> String {
+    let (x, xn) = operand(e, node, 0);
+    let (i, inn) = operand(e, node, 1);
+    super::index::index_select(
+        e,
+        (&x, &xn.shape),
+        (&i, &inn.shape, inn.dtype),
+        axis,
+        &node.shape,
+        node.dtype,
+    )
+}
+
+/// Uniform `[0, 1)` values from the seed in operand 0.
+fn random_uniform(e: &mut Emitter<'_>, node: &Node) -> String {
+    let (seed, _) = operand(e, node, 0);
+    super::index::random_uniform(e, &seed, &node.shape, node.dtype)
+}
+
+// ---- Creation, and the elementwise rules on lowered values -----------------
+
+/// `arange`: `start + i * step` for `i in 0..len`, in `dt`.
 fn arange(e: &mut Emitter<'_>, start: Literal, step: Literal, len: usize, dt: DType) -> String {
     // Computed in f64 (floats) or i64 (ints) and converted once, exactly like
     // the reference interpreter.
@@ -183,6 +258,7 @@ fn arange(e: &mut Emitter<'_>, start: Literal, step: Literal, len: usize, dt: DT
     e.convert(&a, &s, wide, dt)
 }
 
+/// Unary op `u` on `x` (shape `s`, dtype `dt`).
 fn unary(e: &mut Emitter<'_>, u: UnaryOp, x: &str, s: &Shape, dt: DType) -> String {
     let simple = |name: &str, e: &mut Emitter<'_>| e.eltwise(name, &[x], s, dt, dt);
     match u {
@@ -230,6 +306,7 @@ fn unary(e: &mut Emitter<'_>, u: UnaryOp, x: &str, s: &Shape, dt: DType) -> Stri
     }
 }
 
+/// Binary op `b` on `x` and `y`, both already of shape `s` and dtype `dt`.
 fn binary(e: &mut Emitter<'_>, b: BinaryOp, x: &str, y: &str, s: &Shape, dt: DType) -> String {
     if b == BinaryOp::Pow && dt.is_float() {
         // XLA's CPU `power` inspects operand bits (libm style), so it sees a
@@ -371,6 +448,7 @@ fn extremum(e: &mut Emitter<'_>, name: &str, x: &str, y: &str, s: &Shape, dt: DT
     )
 }
 
+/// Comparison `c` of `x` and `y` (shape `s`, operand dtype `dt`), a bool result.
 fn compare(e: &mut Emitter<'_>, c: CmpOp, x: &str, y: &str, s: &Shape, dt: DType) -> String {
     // XLA's CPU bf16 `EQ`/`NE` see a subnormal at its true value while the
     // ordered compares (and the interpreter) read it as zero, so 9e-41 was

@@ -1,112 +1,189 @@
-//! Golden lowering tests: the exact StableHLO text of small regions, so a
-//! change in lowering is a visible diff (every module is also compiled by
-//! XLA in the integration tests).
+//! Golden lowering tests: the exact StableHLO text of small regions, kept in
+//! `tests/golden/lower_*.txt` so a change in lowering is a visible diff
+//! (every module is also compiled by XLA in the integration tests).
+//!
+//! The goldens leave out each op's `loc(...)` (it names lines of this file,
+//! which move with every edit); `ops_carry_the_recording_location` checks
+//! the locations. Regenerate the files with `LAZYFUSE_BLESS=1`.
 
 use super::lower_region;
 use lazyfuse_fusion::{plan, PlanOptions};
-use lazyfuse_ir::{Axes, BinaryOp, DType, Graph, Literal, Op, ReduceOp, Shape, UnaryOp};
-use std::panic::Location;
+use lazyfuse_ir::testutil::GraphBuilder;
+use lazyfuse_ir::{golden, BinaryOp, CmpOp, DType, Literal, NodeId, Op, ReduceOp, UnaryOp};
 
-#[track_caller]
-fn loc() -> &'static Location<'static> {
-    Location::caller()
-}
-
-#[test]
-fn broadcast_binary_reduce_and_lifted_scalar() {
-    let mut g = Graph::new();
-    let x = g
-        .push(
-            Op::Input {
-                shape: Shape::new(&[2, 3]),
-                dtype: DType::F32,
-            },
-            &[],
-            loc(),
-        )
-        .unwrap();
-    let b = g
-        .push(
-            Op::Input {
-                shape: Shape::new(&[3]),
-                dtype: DType::F32,
-            },
-            &[],
-            loc(),
-        )
-        .unwrap();
-    let s = g
-        .push(
-            Op::Constant {
-                value: Literal::Float(0.5),
-                shape: Shape::scalar(),
-                dtype: DType::F32,
-            },
-            &[],
-            loc(),
-        )
-        .unwrap();
-    let a = g.push(Op::Binary(BinaryOp::Add), &[x, b], loc()).unwrap();
-    let m = g.push(Op::Binary(BinaryOp::Mul), &[a, s], loc()).unwrap();
-    let t = g.push(Op::Unary(UnaryOp::Tanh), &[m], loc()).unwrap();
-    let r = g
-        .push(
-            Op::Reduce {
-                op: ReduceOp::Sum,
-                axes: Axes::from_slice(&[1]),
-                keepdim: true,
-            },
-            &[t],
-            loc(),
-        )
-        .unwrap();
-    let p = plan(&g, &[r], &PlanOptions::default());
-    let text = lower_region(&g, &p.regions[0]);
-    let text: String = text
-        .lines()
+/// `text` with the ` loc(...)` suffix of every op line removed.
+fn strip_locs(text: &str) -> String {
+    text.lines()
         .map(|l| match l.find(" loc(") {
             Some(i) => &l[..i],
             None => l,
         })
         .collect::<Vec<_>>()
-        .join("\n");
-    let expected = r#"module @lazyfuse_region {
-  func.func public @main(%arg0: tensor<2x3xf32>, %arg1: tensor<3xf32>, %arg2: tensor<f32>) -> (tensor<2x1xf32>) {
-    %v1 = "stablehlo.broadcast_in_dim"(%arg1) {broadcast_dimensions = array<i64: 1>} : (tensor<3xf32>) -> tensor<2x3xf32>
-    %v2 = "stablehlo.add"(%arg0, %v1) : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
-    %v3 = "stablehlo.broadcast_in_dim"(%arg2) {broadcast_dimensions = array<i64>} : (tensor<f32>) -> tensor<2x3xf32>
-    %v4 = "stablehlo.multiply"(%v2, %v3) : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
-    %v5 = "stablehlo.tanh"(%v4) : (tensor<2x3xf32>) -> tensor<2x3xf32>
-    %v6 = "stablehlo.constant"() {value = dense<0x00000000> : tensor<f32>} : () -> tensor<f32>
-    %v7 = "stablehlo.reduce"(%v5, %v6) ({
-    ^bb0(%v7a: tensor<f32>, %v7b: tensor<f32>):
-      %v7m = "stablehlo.add"(%v7a, %v7b) : (tensor<f32>, tensor<f32>) -> tensor<f32>
-      "stablehlo.return"(%v7m) : (tensor<f32>) -> ()
-    }) {dimensions = array<i64: 1>} : (tensor<2x3xf32>, tensor<f32>) -> tensor<2xf32>
-    %v8 = "stablehlo.reshape"(%v7) : (tensor<2xf32>) -> tensor<2x1xf32>
-    "func.return"(%v8) : (tensor<2x1xf32>) -> ()
-  }
-}"#;
-    assert_eq!(text, expected);
+        .join("\n")
+}
+
+/// The plan for `live` on `g` lowered region by region, without locations;
+/// regions after the first are preceded by a `// region <i>` line.
+fn lowered(g: &GraphBuilder, live: &[NodeId]) -> String {
+    let p = plan(g.graph(), live, &PlanOptions::default());
+    let modules: Vec<String> = p
+        .regions
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let text = strip_locs(&lower_region(g.graph(), r));
+            if i == 0 {
+                text
+            } else {
+                format!("// region {i}\n{text}")
+            }
+        })
+        .collect();
+    modules.join("\n")
+}
+
+#[test]
+fn broadcast_binary_reduce_and_lifted_scalar() {
+    let mut g = GraphBuilder::new();
+    let x = g.input_f32(&[2, 3]);
+    let b = g.input_f32(&[3]);
+    let s = g.scalar(0.5);
+    let a = g.binary(BinaryOp::Add, x, b);
+    let m = g.binary(BinaryOp::Mul, a, s);
+    let t = g.unary(UnaryOp::Tanh, m);
+    let r = g.reduce(ReduceOp::Sum, t, &[1], true);
+    golden!(
+        "lower_broadcast_binary_reduce_and_lifted_scalar",
+        lowered(&g, &[r])
+    );
+}
+
+#[test]
+fn unary_family() {
+    let mut g = GraphBuilder::new();
+    let x = g.input_f32(&[3]);
+    let mut live: Vec<NodeId> = UnaryOp::ALL.iter().map(|&u| g.unary(u, x)).collect();
+    let i = g.input(&[3], DType::I32);
+    live.push(g.unary(UnaryOp::Neg, i));
+    live.push(g.unary(UnaryOp::Relu, i));
+    let u = g.input(&[3], DType::U8);
+    live.push(g.unary(UnaryOp::Neg, u));
+    live.push(g.unary(UnaryOp::Abs, u));
+    golden!("lower_unary_family", lowered(&g, &live));
+}
+
+#[test]
+fn binary_family() {
+    let mut g = GraphBuilder::new();
+    let x = g.input_f32(&[2, 3]);
+    let y = g.input_f32(&[3]);
+    let mut live: Vec<NodeId> = BinaryOp::ALL.iter().map(|&b| g.binary(b, x, y)).collect();
+    let i = g.input(&[2], DType::I32);
+    let j = g.input(&[2], DType::I32);
+    live.push(g.binary(BinaryOp::Maximum, i, j));
+    live.push(g.binary(BinaryOp::Div, i, j));
+    live.push(g.binary(BinaryOp::Pow, i, j));
+    let h = g.input(&[2], DType::BF16);
+    live.push(g.binary(BinaryOp::Pow, h, h));
+    golden!("lower_binary_family", lowered(&g, &live));
+}
+
+#[test]
+fn compare_select_and_convert() {
+    let mut g = GraphBuilder::new();
+    let x = g.input_f32(&[2, 3]);
+    let y = g.input_f32(&[3]);
+    let lt = g.compare(CmpOp::Lt, x, y);
+    let sel = g.select(lt, x, y);
+    let h = g.input(&[3], DType::BF16);
+    let eq = g.compare(CmpOp::Eq, h, h);
+    let i = g.input(&[3], DType::I32);
+    let ge = g.compare(CmpOp::Ge, i, i);
+    let u = g.input(&[3], DType::U8);
+    let ne = g.compare(CmpOp::Ne, u, u);
+    let c = g.select(eq, y, y);
+    let to_bf16 = g.convert(x, DType::BF16);
+    let to_i32 = g.convert(x, DType::I32);
+    let same = g.convert(x, DType::F32);
+    let live = [sel, ge, ne, c, to_bf16, to_i32, same];
+    golden!("lower_compare_select_and_convert", lowered(&g, &live));
+}
+
+#[test]
+fn layout_family() {
+    let mut g = GraphBuilder::new();
+    let x = g.input_f32(&[2, 3, 4]);
+    let r = g.reshape(x, &[6, 4]);
+    let p = g.permute(x, &[2, 0, 1]);
+    let v = g.input_f32(&[4]);
+    let b = g.broadcast_to(v, &[2, 3, 4]);
+    let s = g.slice(x, 1, 1, 2);
+    let c = g.concat(&[x, b, s], 1);
+    golden!("lower_layout_family", lowered(&g, &[r, p, c]));
+}
+
+#[test]
+fn reductions_and_contractions() {
+    let mut g = GraphBuilder::new();
+    let x = g.input_f32(&[2, 3, 4]);
+    let max = g.reduce(ReduceOp::Max, x, &[0, 2], false);
+    let mean = g.reduce(ReduceOp::Mean, x, &[2], true);
+    let none = g.reduce(ReduceOp::Sum, x, &[], false);
+    let h = g.input(&[2, 3], DType::BF16);
+    let hsum = g.reduce(ReduceOp::Sum, h, &[1], false);
+    let i = g.input(&[2, 3], DType::I32);
+    let imin = g.reduce(ReduceOp::Min, i, &[0], true);
+    let am = g.argmax(x, 1, true);
+    let w = g.input_f32(&[4, 5]);
+    let shared = g.matmul(x, w);
+    let wb = g.input_f32(&[2, 4, 5]);
+    let batched = g.matmul(x, wb);
+    let live = [max, mean, none, hsum, imin, am, shared, batched];
+    golden!("lower_reductions_and_contractions", lowered(&g, &live));
+}
+
+#[test]
+fn index_creation_and_random() {
+    let mut g = GraphBuilder::new();
+    let x = g.input_f32(&[5, 3]);
+    let idx = g.input(&[2], DType::I64);
+    let sel = g.index_select(x, 1, idx);
+    let fa = g.push(
+        Op::Arange {
+            start: Literal::Float(0.5),
+            step: Literal::Float(0.25),
+            len: 4,
+            dtype: DType::F32,
+        },
+        &[],
+    );
+    let ia = g.push(
+        Op::Arange {
+            start: Literal::Int(3),
+            step: Literal::Int(-2),
+            len: 4,
+            dtype: DType::I32,
+        },
+        &[],
+    );
+    let one = g.constant(Literal::Float(1.0), &[4], DType::F32);
+    let sum = g.binary(BinaryOp::Add, fa, one);
+    let seed = g.input(&[], DType::I64);
+    let rnd = g.random_uniform(seed, &[2, 3], DType::BF16);
+    golden!(
+        "lower_index_creation_and_random",
+        lowered(&g, &[sel, ia, sum, rnd])
+    );
 }
 
 #[test]
 fn ops_carry_the_recording_location() {
-    let mut g = Graph::new();
-    let x = g
-        .push(
-            Op::Input {
-                shape: Shape::new(&[4]),
-                dtype: DType::F64,
-            },
-            &[],
-            loc(),
-        )
-        .unwrap();
+    let mut g = GraphBuilder::new();
+    let x = g.input(&[4], DType::F64);
     let line = line!() + 1;
-    let y = g.push(Op::Unary(UnaryOp::Exp), &[x], loc()).unwrap();
-    let p = plan(&g, &[y], &PlanOptions::default());
-    let text = lower_region(&g, &p.regions[0]);
+    let y = g.unary(UnaryOp::Exp, x);
+    let p = plan(g.graph(), &[y], &PlanOptions::default());
+    let text = lower_region(g.graph(), &p.regions[0]);
     assert!(
         text.contains(&format!("loc(\"exp @ src/lower/tests.rs:{line}:")),
         "{text}"

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use lazyfuse_ir::DType;
 
 use super::api::Event;
-use super::client::ClientInner;
 use super::error::{Error, Result};
+use super::inner::ClientInner;
 use super::sys;
 use super::PjrtStruct;
 
@@ -50,7 +50,9 @@ pub(crate) fn dense_size(dtype: DType, dims: &[usize], what: &str) -> Result<usi
 /// handle frees the device memory (`PJRT_Buffer_Destroy`). Buffers are never
 /// donated to executions, so a `Buffer` stays valid until dropped.
 pub struct Buffer {
+    /// The client the buffer lives on, kept alive while the buffer is.
     pub(crate) client: Arc<ClientInner>,
+    /// The buffer handle, destroyed on drop.
     pub(crate) raw: NonNull<sys::PJRT_Buffer>,
 }
 

@@ -1,5 +1,9 @@
 //! The PJRT client: device enumeration, compilation, host-to-device uploads
 //! and executable deserialization.
+//!
+//! The top of the binding's module stack: it creates [`Buffer`]s and
+//! [`LoadedExecutable`]s, which reach the client only through the shared
+//! [`ClientInner`] and never name this module.
 
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
@@ -11,46 +15,10 @@ use super::api::{plugin_string, Event, Plugin};
 use super::buffer::{buffer_type, dense_size, Buffer};
 use super::error::{Error, Result};
 use super::executable::LoadedExecutable;
+use super::inner::ClientInner;
 use super::options::compile_options_bytes;
 use super::sys;
 use super::PjrtStruct;
-
-/// The owned `PJRT_Client`, shared by the [`Client`] handle and every buffer
-/// and executable created from it, so the client is destroyed last.
-pub(crate) struct ClientInner {
-    pub(crate) plugin: Arc<Plugin>,
-    pub(crate) raw: NonNull<sys::PJRT_Client>,
-    /// Addressable devices, in the plugin's order; owned by the client.
-    devices: Vec<NonNull<sys::PJRT_Device>>,
-}
-
-// SAFETY: a PJRT client is thread-safe by contract (all client entry points
-// may be called concurrently); device pointers are immutable handles owned by
-// the client.
-unsafe impl Send for ClientInner {}
-// SAFETY: as above.
-unsafe impl Sync for ClientInner {}
-
-impl ClientInner {
-    /// The addressable device at `index`, or an error naming the valid range.
-    pub(crate) fn device(&self, index: usize, what: &str) -> Result<*mut sys::PJRT_Device> {
-        self.devices.get(index).map(|d| d.as_ptr()).ok_or_else(|| {
-            Error::binding(format!(
-                "{what}: device index {index} out of range (the client has {} addressable devices)",
-                self.devices.len()
-            ))
-        })
-    }
-}
-
-impl Drop for ClientInner {
-    fn drop(&mut self) {
-        let mut a = sys::PJRT_Client_Destroy_Args::new();
-        a.client = self.raw.as_ptr();
-        let r = pjrt_call!(&*self.plugin, PJRT_Client_Destroy, &mut a);
-        self.plugin.log_drop_error("client", r);
-    }
-}
 
 /// A PJRT client: the entry point for compiling programs and moving data to
 /// the plugin's devices.
@@ -66,7 +34,7 @@ impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
             .field("plugin", &self.inner.plugin)
-            .field("devices", &self.inner.devices.len())
+            .field("devices", &self.inner.device_count())
             .finish()
     }
 }
@@ -75,31 +43,8 @@ impl Client {
     /// Creates a client on `plugin` with default options and enumerates its
     /// addressable devices.
     pub fn new(plugin: Arc<Plugin>) -> Result<Client> {
-        let mut a = sys::PJRT_Client_Create_Args::new();
-        pjrt_call!(&*plugin, PJRT_Client_Create, &mut a)?;
-        let raw = NonNull::new(a.client).ok_or_else(|| {
-            Error::binding("PJRT_Client_Create: plugin returned no client and no error")
-        })?;
-        // From here on `inner`'s Drop destroys the client, also on error.
-        let mut inner = ClientInner {
-            plugin,
-            raw,
-            devices: Vec::new(),
-        };
-
-        let mut d = sys::PJRT_Client_AddressableDevices_Args::new();
-        d.client = raw.as_ptr();
-        pjrt_call!(&*inner.plugin, PJRT_Client_AddressableDevices, &mut d)?;
-        if d.num_addressable_devices > 0 {
-            // SAFETY: the plugin returns `num_addressable_devices` device
-            // pointers owned by (and living as long as) the client.
-            let devs = unsafe {
-                std::slice::from_raw_parts(d.addressable_devices, d.num_addressable_devices)
-            };
-            inner.devices = devs.iter().filter_map(|&p| NonNull::new(p)).collect();
-        }
         Ok(Client {
-            inner: Arc::new(inner),
+            inner: ClientInner::create(plugin)?,
         })
     }
 
@@ -125,7 +70,7 @@ impl Client {
 
     /// Number of addressable devices; valid device indices are `0..count`.
     pub fn addressable_device_count(&self) -> usize {
-        self.inner.devices.len()
+        self.inner.device_count()
     }
 
     /// Compiles a StableHLO module given as MLIR text (generic or pretty

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use super::api::Event;
 use super::buffer::Buffer;
-use super::client::ClientInner;
 use super::error::{Error, Result};
+use super::inner::ClientInner;
 use super::sys;
 use super::PjrtStruct;
 

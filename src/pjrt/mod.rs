@@ -70,11 +70,16 @@ macro_rules! pjrt_call {
     }};
 }
 
+// Layering: each module names only modules earlier in this list, so there
+// are no cycles: `error`, `options`, `api` (plugin, events), `inner` (the
+// shared `PJRT_Client`), `buffer`, `executable`, `client` (the public handle
+// that creates buffers and executables).
 mod api;
 mod buffer;
 mod client;
 mod error;
 mod executable;
+mod inner;
 mod options;
 
 pub use api::Plugin;

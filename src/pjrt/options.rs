@@ -35,6 +35,7 @@ pub(crate) struct CompileOptionsProto {
 /// `xla.OptionOverrideProto`: one typed option value.
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct OptionOverrideProto {
+    /// The `value` oneof (fields 1 to 4), by type.
     #[prost(oneof = "OptionValue", tags = "1, 2, 3, 4")]
     pub value: Option<OptionValue>,
 }
@@ -42,12 +43,16 @@ pub(crate) struct OptionOverrideProto {
 /// The `value` oneof of `xla.OptionOverrideProto`.
 #[derive(Clone, PartialEq, prost::Oneof)]
 pub(crate) enum OptionValue {
+    /// `string_field = 1`.
     #[prost(string, tag = "1")]
     String(String),
+    /// `bool_field = 2`.
     #[prost(bool, tag = "2")]
     Bool(bool),
+    /// `int_field = 3`.
     #[prost(int64, tag = "3")]
     Int(i64),
+    /// `double_field = 4`.
     #[prost(double, tag = "4")]
     Double(f64),
 }
