@@ -6,6 +6,15 @@ mod common;
 use common::dev;
 use lazyfuse::{no_grad, DType, Error, FusionGuard, Tensor};
 
+test_device!(
+    gradients_accumulate_until_zeroed,
+    detach_no_grad_and_non_leaves,
+    released_graph_and_retain,
+    bad_backward_and_loss_inputs_are_errors,
+    composite_forward_values,
+    dropout_rate_scaling_and_mode_independence,
+);
+
 fn t(v: &[f32], dims: &[usize]) -> Tensor {
     Tensor::from_slice(v, dims, &dev()).unwrap()
 }
@@ -17,7 +26,6 @@ fn close(a: &[f32], b: &[f32], tol: f32) {
     }
 }
 
-#[test]
 fn gradients_accumulate_until_zeroed() {
     let x = t(&[1.0, 2.0, 3.0], &[3]).with_grad().unwrap();
     let y = t(&[4.0, 5.0, 6.0], &[3]);
@@ -37,7 +45,6 @@ fn gradients_accumulate_until_zeroed() {
     assert_eq!(x.grad().unwrap().to_vec::<f32>().unwrap(), [4.0, 5.0, 6.0]);
 }
 
-#[test]
 fn detach_no_grad_and_non_leaves() {
     let x = t(&[1.0, -2.0], &[2]).with_grad().unwrap();
     let y = x.mul_scalar(3.0).unwrap();
@@ -61,7 +68,6 @@ fn detach_no_grad_and_non_leaves() {
     assert_eq!(w.grad().unwrap().to_vec::<f32>().unwrap(), [1.0]);
 }
 
-#[test]
 fn released_graph_and_retain() {
     let x = t(&[2.0], &[]).with_grad().unwrap();
     let y = x.mul(&x).unwrap();
@@ -72,7 +78,6 @@ fn released_graph_and_retain() {
     assert!(e.to_string().contains("already released"), "{e}");
 }
 
-#[test]
 fn bad_backward_and_loss_inputs_are_errors() {
     let d = dev();
     let x = t(&[1.0, 2.0], &[2]).with_grad().unwrap();
@@ -108,7 +113,6 @@ fn bad_backward_and_loss_inputs_are_errors() {
     assert!(logits.clamp(1.0, 0.0).is_err());
 }
 
-#[test]
 fn composite_forward_values() {
     let x = [1.0f32, 2.0, 3.0, -1.0, 0.0, 4.0];
     let xt = t(&x, &[2, 3]);
@@ -183,7 +187,6 @@ fn composite_forward_values() {
     assert_eq!(m, [0.0, 1.0]);
 }
 
-#[test]
 fn dropout_rate_scaling_and_mode_independence() {
     let d = dev();
     let x = Tensor::ones(&[64, 64], DType::F32, &d).unwrap();

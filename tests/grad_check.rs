@@ -8,6 +8,14 @@ use common::{dev, random_host, Rng};
 use lazyfuse::ir::{DType, HostTensor, Shape};
 use lazyfuse::{no_grad, Result, Tensor};
 
+test_device!(
+    unary_ops,
+    binary_ops_with_broadcasting_and_scalars,
+    select_convert_and_reductions,
+    layout_ops_and_matmul,
+    composites,
+);
+
 type F<'a> = dyn Fn(&[Tensor]) -> Result<Tensor> + 'a;
 
 /// `sum(w * f(xs))` as an f64 scalar tensor.
@@ -85,7 +93,6 @@ fn away(rng: &mut Rng, dims: &[usize], lo: f64, hi: f64) -> HostTensor {
     HostTensor::from_f64(&v, Shape::new(dims), DType::F64)
 }
 
-#[test]
 fn unary_ops() {
     let mut r = Rng(1);
     type U = fn(&Tensor) -> Result<Tensor>;
@@ -111,7 +118,6 @@ fn unary_ops() {
     }
 }
 
-#[test]
 fn binary_ops_with_broadcasting_and_scalars() {
     let mut r = Rng(2);
     type B = fn(&Tensor, &Tensor) -> Result<Tensor>;
@@ -150,7 +156,6 @@ fn binary_ops_with_broadcasting_and_scalars() {
     gradcheck("x * exp(x) (shared)", &[a], &|t| t[0].mul(&t[0].exp()?));
 }
 
-#[test]
 fn select_convert_and_reductions() {
     let mut r = Rng(3);
     let c = random_host(&mut r, &[2, 3], DType::Bool, 0.0, 1.0);
@@ -196,7 +201,6 @@ fn select_convert_and_reductions() {
     gradcheck("mean_all", &[x], &|t| t[0].mean_all());
 }
 
-#[test]
 fn layout_ops_and_matmul() {
     let mut r = Rng(4);
     let x = h(&mut r, &[2, 3, 4], -2.0, 2.0);
@@ -236,7 +240,6 @@ fn layout_ops_and_matmul() {
     });
 }
 
-#[test]
 fn composites() {
     let mut r = Rng(5);
     let x = h(&mut r, &[3, 4], -2.0, 2.0);

@@ -6,11 +6,28 @@ use common::{dev, metrics_lock};
 use lazyfuse::metrics::{snapshot, FlushReason};
 use lazyfuse::{pending_ops, DType, FusionGuard, Tensor};
 
+test_device!(
+    nothing_compiles_before_a_sync_point,
+    a_loop_recording_the_same_ops_compiles_once,
+    reading_a_pending_tensor_flushes_exactly_once,
+    dropped_intermediates_are_not_materialised,
+    live_buffers_stay_flat_over_a_thousand_iterations,
+    pending_tensor_used_on_another_thread,
+    many_threads_share_tensors,
+    fusion_off_runs_every_op_when_recorded,
+    fused_equals_unfused_on_multi_op_programs,
+    graph_cap_flushes_long_recordings,
+    creation_ops_are_lazy_and_fuse,
+    display_shows_values,
+    a_flush_returns_at_once_and_later_graphs_use_in_flight_results,
+    two_threads_missing_the_same_key_compile_it_once,
+    cross_thread_recording_never_hangs,
+);
+
 fn data(n: usize, seed: f32) -> Vec<f32> {
     (0..n).map(|i| (i as f32 * 0.37 + seed).sin()).collect()
 }
 
-#[test]
 fn nothing_compiles_before_a_sync_point() {
     let _l = metrics_lock();
     let _f = FusionGuard::new(true);
@@ -38,7 +55,6 @@ fn nothing_compiles_before_a_sync_point() {
     }
 }
 
-#[test]
 fn a_loop_recording_the_same_ops_compiles_once() {
     let _l = metrics_lock();
     let _f = FusionGuard::new(true);
@@ -77,7 +93,6 @@ fn a_loop_recording_the_same_ops_compiles_once() {
     }
 }
 
-#[test]
 fn reading_a_pending_tensor_flushes_exactly_once() {
     let _l = metrics_lock();
     let _f = FusionGuard::new(true);
@@ -104,7 +119,6 @@ fn reading_a_pending_tensor_flushes_exactly_once() {
     );
 }
 
-#[test]
 fn dropped_intermediates_are_not_materialised() {
     let _l = metrics_lock();
     let _f = FusionGuard::new(true);
@@ -123,7 +137,6 @@ fn dropped_intermediates_are_not_materialised() {
     assert_eq!(live_after - live_before, 1, "only `c` got a device buffer");
 }
 
-#[test]
 fn live_buffers_stay_flat_over_a_thousand_iterations() {
     let _l = metrics_lock();
     let _f = FusionGuard::new(true);
@@ -141,7 +154,6 @@ fn live_buffers_stay_flat_over_a_thousand_iterations() {
     assert_eq!(start, end, "no device buffer leaks");
 }
 
-#[test]
 fn pending_tensor_used_on_another_thread() {
     let _l = metrics_lock();
     let _f = FusionGuard::new(true);
@@ -160,7 +172,6 @@ fn pending_tensor_used_on_another_thread() {
     assert_eq!(y.to_vec::<f32>().unwrap(), vec![1.0, 4.0, 9.0]);
 }
 
-#[test]
 fn many_threads_share_tensors() {
     let _l = metrics_lock();
     let d = dev();
@@ -189,7 +200,6 @@ fn many_threads_share_tensors() {
     }
 }
 
-#[test]
 fn fusion_off_runs_every_op_when_recorded() {
     let _l = metrics_lock();
     let _f = FusionGuard::new(false);
@@ -213,7 +223,6 @@ fn fusion_off_runs_every_op_when_recorded() {
     );
 }
 
-#[test]
 fn fused_equals_unfused_on_multi_op_programs() {
     let _l = metrics_lock();
     let d = dev();
@@ -260,7 +269,6 @@ fn fused_equals_unfused_on_multi_op_programs() {
     }
 }
 
-#[test]
 fn graph_cap_flushes_long_recordings() {
     let _l = metrics_lock();
     let _f = FusionGuard::new(true);
@@ -282,7 +290,6 @@ fn graph_cap_flushes_long_recordings() {
     assert!((v[0] - expect).abs() < 1e-4);
 }
 
-#[test]
 fn creation_ops_are_lazy_and_fuse() {
     let _l = metrics_lock();
     let d = dev();
@@ -324,7 +331,6 @@ fn creation_ops_are_lazy_and_fuse() {
     );
 }
 
-#[test]
 fn display_shows_values() {
     let _l = metrics_lock();
     let d = dev();
@@ -336,7 +342,6 @@ fn display_shows_values() {
     assert_eq!(format!("{i:?}"), "Tensor(7 i32[])");
 }
 
-#[test]
 fn a_flush_returns_at_once_and_later_graphs_use_in_flight_results() {
     let _l = metrics_lock();
     let _f = FusionGuard::new(true);
@@ -358,17 +363,17 @@ fn a_flush_returns_at_once_and_later_graphs_use_in_flight_results() {
     }
 }
 
-#[test]
 fn two_threads_missing_the_same_key_compile_it_once() {
     let _l = metrics_lock();
     let before = snapshot();
     let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+    let device = dev();
     let handles: Vec<_> = (0..2)
         .map(|t| {
             let b = barrier.clone();
+            let d = device.clone();
             std::thread::spawn(move || {
                 let _f = FusionGuard::new(true);
-                let d = dev();
                 let x = Tensor::from_slice(&data(71, t as f32), &[71], &d).unwrap();
                 let y = x.sin().unwrap().exp().unwrap().mul(&x).unwrap();
                 b.wait();
@@ -386,4 +391,73 @@ fn two_threads_missing_the_same_key_compile_it_once() {
         "one compile for both threads"
     );
     assert_eq!(after.cache_hits - before.cache_hits, 1);
+}
+
+/// Rounds of [`cross_thread_recording_never_hangs`] (`LAZYFUSE_STRESS_ROUNDS`).
+fn stress_rounds() -> usize {
+    std::env::var("LAZYFUSE_STRESS_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000)
+}
+
+/// Regression for the submit race: a flush used to mark its tensors in
+/// flight before queueing its job, so another thread could see one in
+/// flight, queue a job reading it first, and hang the single worker on a
+/// job queued behind itself. Threads here record on each other's pending
+/// and in-flight tensors and flush every round; a watchdog turns a hang
+/// into a failure.
+fn cross_thread_recording_never_hangs() {
+    use std::sync::{mpsc, Arc, Mutex};
+    const THREADS: usize = 4;
+    let _l = metrics_lock();
+    let d = dev();
+    let rounds = stress_rounds();
+    let slots: Arc<Vec<Mutex<Tensor>>> = Arc::new(
+        (0..THREADS)
+            .map(|t| Mutex::new(Tensor::full(t as f64, &[16], DType::F32, &d).unwrap()))
+            .collect(),
+    );
+    let (done_tx, done_rx) = mpsc::channel();
+    for t in 0..THREADS {
+        let slots = slots.clone();
+        let done = done_tx.clone();
+        std::thread::spawn(move || {
+            let _f = FusionGuard::new(true);
+            let r = (|| -> lazyfuse::Result<()> {
+                for r in 0..rounds {
+                    let other = slots[(t + 1 + r % (THREADS - 1)) % THREADS]
+                        .lock()
+                        .unwrap()
+                        .clone();
+                    let mine = slots[t].lock().unwrap().clone();
+                    // Depends on `other` (pending in its owner's graph, or in
+                    // flight), but its value is `mine + 1` whatever the timing.
+                    let next = mine.add(&other.mul_scalar(0.0)?)?.add_scalar(1.0)?;
+                    *slots[t].lock().unwrap() = next.clone();
+                    if r % 3 != 2 {
+                        lazyfuse::flush();
+                    } else {
+                        next.realize()?;
+                    }
+                }
+                Ok(())
+            })();
+            let _ = done.send((t, r));
+        });
+    }
+    drop(done_tx);
+    let watchdog = std::time::Duration::from_secs(120);
+    for _ in 0..THREADS {
+        match done_rx.recv_timeout(watchdog) {
+            Ok((t, r)) => r.unwrap_or_else(|e| panic!("thread {t}: {e}")),
+            Err(_) => panic!(
+                "cross-thread recording hung: no thread finished within {watchdog:?} ({rounds} rounds)"
+            ),
+        }
+    }
+    for (t, s) in slots.iter().enumerate() {
+        let v = s.lock().unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(v, vec![(t + rounds) as f32; 16], "thread {t}");
+    }
 }

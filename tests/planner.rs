@@ -1,4 +1,4 @@
-//! Region and compile counts against the real XLA plugin (in the manner of
+//! Region and compile counts on every test backend (in the manner of
 //! kernel-count tests): repeated blocks share one executable, lifted scalars
 //! never recompile, a changed shape compiles exactly once more. Every test
 //! takes `metrics_lock` because it asserts on process-wide counter deltas.
@@ -7,6 +7,15 @@ mod common;
 use common::{dev, metrics_lock};
 use lazyfuse::metrics::snapshot;
 use lazyfuse::{sync, FusionGuard, Result, Tensor};
+
+test_device!(
+    adamw_over_200_params_compiles_one_update_region,
+    changing_one_input_shape_compiles_exactly_once_more,
+    four_identical_blocks_compile_the_block_once,
+    adam_fused_equals_unfused,
+    donation_never_changes_results,
+    donation_never_frees_a_buffer_a_live_tensor_holds,
+);
 
 struct Adam {
     p: Vec<Tensor>,
@@ -59,7 +68,6 @@ impl Adam {
     }
 }
 
-#[test]
 fn adamw_over_200_params_compiles_one_update_region() {
     let _l = metrics_lock();
     let _f = FusionGuard::new(true);
@@ -83,7 +91,6 @@ fn adamw_over_200_params_compiles_one_update_region() {
     assert_eq!(s2.cache_hits - s1.cache_hits, 60);
 }
 
-#[test]
 fn changing_one_input_shape_compiles_exactly_once_more() {
     let _l = metrics_lock();
     let _f = FusionGuard::new(true);
@@ -160,7 +167,6 @@ fn stack(layers: usize, fuse: bool) -> (Vec<f32>, u64, u64) {
     )
 }
 
-#[test]
 fn four_identical_blocks_compile_the_block_once() {
     let _l = metrics_lock();
     let (fused, compiles, regions) = stack(4, true);
@@ -178,7 +184,6 @@ fn four_identical_blocks_compile_the_block_once() {
     }
 }
 
-#[test]
 fn adam_fused_equals_unfused() {
     let _l = metrics_lock();
     let run = |fuse: bool| {
@@ -201,7 +206,6 @@ fn adam_fused_equals_unfused() {
     }
 }
 
-#[test]
 fn donation_never_changes_results() {
     let _l = metrics_lock();
     let n = 53;
@@ -250,7 +254,6 @@ fn donation_never_changes_results() {
     }
 }
 
-#[test]
 fn donation_never_frees_a_buffer_a_live_tensor_holds() {
     let _l = metrics_lock();
     let _f = FusionGuard::new(true);

@@ -10,6 +10,14 @@ use lazyfuse::nn::{self, Block, Embedding, Linear, Module, Param};
 use lazyfuse::optim::{params_of, AdamW, Optimizer, Sgd};
 use lazyfuse::{DType, FusionGuard, HostTensor, Shape, Tensor};
 
+test_device!(
+    mlp_gradients_fused_equal_unfused,
+    transformer_block_gradients_fused_equal_unfused,
+    seeded_loss_trajectory_is_pinned_and_decreasing,
+    safetensors_round_trip_is_bit_exact,
+    embedding_ids_are_checked_on_the_host,
+);
+
 fn grads(params: &[(String, Param)]) -> Vec<(String, Vec<f32>)> {
     params
         .iter()
@@ -27,7 +35,6 @@ fn assert_grads_close(a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)]) {
     }
 }
 
-#[test]
 fn mlp_gradients_fused_equal_unfused() {
     let run = |fuse: bool| {
         let _g = FusionGuard::new(fuse);
@@ -39,7 +46,6 @@ fn mlp_gradients_fused_equal_unfused() {
     assert_grads_close(&run(true), &run(false));
 }
 
-#[test]
 fn transformer_block_gradients_fused_equal_unfused() {
     let run = |fuse: bool| {
         let _g = FusionGuard::new(fuse);
@@ -84,7 +90,6 @@ fn train_mlp(steps: usize, adam: bool) -> Vec<f32> {
         .collect()
 }
 
-#[test]
 fn seeded_loss_trajectory_is_pinned_and_decreasing() {
     let runs = [(false, train_mlp(6, false)), (true, train_mlp(6, true))];
     let pinned: [[f32; 6]; 2] = [PINNED_SGD, PINNED_ADAMW];
@@ -110,7 +115,6 @@ const PINNED_ADAMW: [f32; 6] = [
     1.174982, 1.094516, 1.0253946, 0.96493757, 0.90961707, 0.8571546,
 ];
 
-#[test]
 fn safetensors_round_trip_is_bit_exact() {
     let d = dev();
     let dir = std::env::temp_dir().join(format!("lazyfuse-st-{}", std::process::id()));
@@ -181,7 +185,6 @@ fn safetensors_round_trip_is_bit_exact() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-#[test]
 fn embedding_ids_are_checked_on_the_host() {
     let e = Embedding::new(5, 3, 1.0, 1, &dev()).unwrap();
     let msg = e.forward_ids(&[0, 5], &[2]).unwrap_err().to_string();

@@ -1,5 +1,5 @@
-//! The examples' deterministic random stream (splitmix64): data sets and
-//! batches are reproducible from a seed, with no dependency.
+//! The examples' deterministic random stream (lazyfuse's splitmix64): data
+//! sets and batches are reproducible from a seed.
 #![allow(dead_code)]
 
 /// A splitmix64 stream seeded by its field.
@@ -8,11 +8,10 @@ pub struct Rng(pub u64);
 impl Rng {
     /// Next 64 random bits.
     pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        let mut s = lazyfuse::ir::SplitMix64(self.0);
+        let v = s.next_u64();
+        self.0 = s.0;
+        v
     }
 
     /// Uniform integer in `0..n`.

@@ -20,13 +20,12 @@ pub(crate) fn literal_for(value: f64, dtype: DType) -> Literal {
 /// Counter-based generator: the i-th draw depends only on (seed, i), so
 /// results never depend on threads, chunking or fusion.
 fn splitmix(seed: u64, i: u64) -> u64 {
-    let mut z = seed
-        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        .wrapping_add(i.wrapping_mul(0xD1B5_4A32_D192_ED03))
-        .wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    use lazyfuse_ir::SplitMix64;
+    lazyfuse_ir::splitmix64(
+        seed.wrapping_mul(SplitMix64::GAMMA)
+            .wrapping_add(i.wrapping_mul(0xD1B5_4A32_D192_ED03))
+            .wrapping_add(SplitMix64::GAMMA),
+    )
 }
 
 /// Uniform in [0, 1) with 53 random bits.

@@ -1,4 +1,13 @@
-//! Shared helpers for the integration tests (all against the real XLA plugin).
+//! Shared helpers for the integration tests: the device under test (the real
+//! XLA plugin, or the reference-interpreter device), deterministic data and
+//! comparisons against the interpreter.
+//!
+//! Backends: `LAZYFUSE_TEST_BACKENDS` is a comma list of `xla` and `interp`
+//! (default both). Tests declared with [`test_device!`] run once per backend
+//! (`name::xla`, `name::interp`); a backend that is not selected is skipped
+//! with a printed reason, so `LAZYFUSE_TEST_BACKENDS=interp` passes on a
+//! machine with no plugin. [`dev`] is the device of the backend the calling
+//! test runs on.
 #![allow(dead_code)]
 
 pub mod mlp;
@@ -7,11 +16,109 @@ use lazyfuse::ir::{interp, DType, HostTensor, Op, Shape};
 use lazyfuse::{Device, FusionGuard, Result, Tensor};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-/// The default device (the provisioned CPU plugin, or `TPU_PJRT_PLUGIN`).
-pub fn dev() -> Device {
+/// A backend the integration tests run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// XLA's CPU plugin (provisioned, or `TPU_PJRT_PLUGIN`).
+    Xla,
+    /// `Device::interpreter()`.
+    Interp,
+}
+
+/// The backends `LAZYFUSE_TEST_BACKENDS` selects (default: both, XLA first).
+pub fn backends() -> &'static [Backend] {
+    static B: OnceLock<Vec<Backend>> = OnceLock::new();
+    B.get_or_init(|| {
+        let Ok(v) = std::env::var("LAZYFUSE_TEST_BACKENDS") else {
+            return vec![Backend::Xla, Backend::Interp];
+        };
+        let picked: Vec<Backend> = v
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| match s {
+                "xla" | "cpu" | "pjrt" => Backend::Xla,
+                "interp" | "interpreter" => Backend::Interp,
+                other => panic!("LAZYFUSE_TEST_BACKENDS: unknown backend {other:?} (xla, interp)"),
+            })
+            .collect();
+        assert!(
+            !picked.is_empty(),
+            "LAZYFUSE_TEST_BACKENDS selects no backend"
+        );
+        picked
+    })
+}
+
+thread_local! {
+    static CURRENT: std::cell::Cell<Option<Backend>> = const { std::cell::Cell::new(None) };
+}
+
+/// The backend the calling test runs on: the one [`run_on`] set, else the
+/// first selected.
+pub fn current() -> Backend {
+    CURRENT.with(|c| c.get()).unwrap_or(backends()[0])
+}
+
+/// The XLA CPU device (the provisioned plugin, or `TPU_PJRT_PLUGIN`).
+pub fn xla_dev() -> Device {
     static D: OnceLock<Device> = OnceLock::new();
     D.get_or_init(|| Device::cpu().expect("the XLA CPU plugin must load for integration tests"))
         .clone()
+}
+
+/// The device under test: see [`current`].
+pub fn dev() -> Device {
+    device_of(current())
+}
+
+/// The device of backend `b`.
+pub fn device_of(b: Backend) -> Device {
+    match b {
+        Backend::Xla => xla_dev(),
+        Backend::Interp => Device::interpreter(),
+    }
+}
+
+/// Runs `f` with [`dev`] returning backend `b`'s device (this thread only).
+pub fn with_backend<R>(b: Backend, f: impl FnOnce() -> R) -> R {
+    struct Reset(Option<Backend>);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            CURRENT.with(|c| c.set(self.0));
+        }
+    }
+    let _reset = Reset(CURRENT.with(|c| c.replace(Some(b))));
+    f()
+}
+
+/// Runs test `f` on backend `b`, or says why it is skipped.
+pub fn run_on(b: Backend, name: &str, f: fn()) {
+    if !backends().contains(&b) {
+        eprintln!("skipped {name} on {b:?}: not selected by LAZYFUSE_TEST_BACKENDS");
+        return;
+    }
+    with_backend(b, f)
+}
+
+/// Declares each named `fn()` as one test per backend: `name::xla` and
+/// `name::interp` (in the manner of candle's `test_device!`).
+#[macro_export]
+macro_rules! test_device {
+    ($($name:ident),+ $(,)?) => {
+        $(
+            mod $name {
+                #[test]
+                fn xla() {
+                    $crate::common::run_on($crate::common::Backend::Xla, stringify!($name), super::$name)
+                }
+                #[test]
+                fn interp() {
+                    $crate::common::run_on($crate::common::Backend::Interp, stringify!($name), super::$name)
+                }
+            }
+        )+
+    };
 }
 
 /// Serialises tests that assert on process-wide metric deltas.
@@ -20,27 +127,8 @@ pub fn metrics_lock() -> MutexGuard<'static, ()> {
     L.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Deterministic test data: splitmix64 stream.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    pub fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    pub fn range(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * self.uniform()
-    }
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n.max(1) as u64) as usize
-    }
-}
+/// Deterministic test data: lazyfuse's splitmix64 stream.
+pub use lazyfuse::ir::SplitMix64 as Rng;
 
 /// Random host data of `dtype` in a range suited to the dtype.
 pub fn random_host(rng: &mut Rng, dims: &[usize], dtype: DType, lo: f64, hi: f64) -> HostTensor {
@@ -133,13 +221,24 @@ pub fn check(
     let refs: Vec<&HostTensor> = inputs.iter().collect();
     let expected =
         interp::eval_op(op, &refs).unwrap_or_else(|e| panic!("{what}: interpreter rejected: {e}"));
-    for fuse in [true, false] {
+    let run = |fuse: bool| {
         let _g = FusionGuard::new(fuse);
         let ts = upload(inputs);
         let out = api(&ts).unwrap_or_else(|e| panic!("{what}: api error {e}"));
-        let got = out
-            .to_host()
-            .unwrap_or_else(|e| panic!("{what} (fuse={fuse}): {e}"));
-        assert_close(&format!("{what} fuse={fuse}"), &got, &expected, slack);
+        out.to_host()
+            .unwrap_or_else(|e| panic!("{what} (fuse={fuse}, {:?}): {e}", current()))
+    };
+    let fused = run(true);
+    assert_close(&format!("{what} fuse=true"), &fused, &expected, slack);
+    assert_close(&format!("{what} fuse=false"), &run(false), &expected, slack);
+    // The interpreter device gives the XLA device's values for every op.
+    if current() == Backend::Xla && backends().contains(&Backend::Interp) {
+        let on_interp = with_backend(Backend::Interp, || run(true));
+        assert_close(
+            &format!("{what}: interpreter device vs XLA"),
+            &on_interp,
+            &fused,
+            2.0 * slack,
+        );
     }
 }

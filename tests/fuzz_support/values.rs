@@ -4,7 +4,8 @@
 
 use lazyfuse::ir::{DType, HostTensor, Literal, Shape};
 
-/// splitmix64: tiny, seedable, and identical on every platform.
+/// lazyfuse's splitmix64 stream (tiny, seedable, identical on every
+/// platform) with the draws the generator needs.
 #[derive(Clone, Debug)]
 pub struct Rng(pub u64);
 
@@ -15,11 +16,10 @@ impl Rng {
     }
     /// Next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        let mut s = lazyfuse::ir::SplitMix64(self.0);
+        let v = s.next_u64();
+        self.0 = s.0;
+        v
     }
     /// Uniform in `0..n` (0 when `n == 0`).
     pub fn below(&mut self, n: usize) -> usize {
