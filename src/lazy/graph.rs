@@ -72,12 +72,18 @@ pub fn pending_ops(device: &Device) -> usize {
     thread_graph(device).state.lock().graph.len()
 }
 
-/// An operand as the lazy layer records it.
-pub(crate) enum LazyArg<'a> {
-    /// A tensor's value.
-    Value(&'a Arc<TensorInner>),
-    /// A host scalar of a dtype, recorded as a rank-0 constant.
-    Scalar(Literal, DType),
+/// An operand as the lazy layer records it: a tensor's value, or a host
+/// scalar of a dtype (recorded as a rank-0 constant). Implemented by the
+/// layer above for its own operand type, so recording converts nothing.
+pub(crate) trait LazyArg {
+    /// The operand: a value, or `Err` with a scalar.
+    fn operand(&self) -> std::result::Result<&Arc<TensorInner>, (Literal, DType)>;
+}
+
+impl LazyArg for &Arc<TensorInner> {
+    fn operand(&self) -> std::result::Result<&Arc<TensorInner>, (Literal, DType)> {
+        Ok(self)
+    }
 }
 
 /// What an operand is from one graph's point of view.
@@ -93,7 +99,7 @@ enum Resolved {
 pub(crate) fn record(
     device: &Device,
     op: Op,
-    inputs: &[LazyArg<'_>],
+    inputs: &[impl LazyArg],
     shape: Shape,
     dtype: DType,
     origin: &'static Location<'static>,
@@ -106,9 +112,9 @@ pub(crate) fn record(
     loop {
         let mut resolved: SmallVec<[Resolved; 3]> = SmallVec::new();
         for a in inputs {
-            resolved.push(match a {
-                LazyArg::Value(t) => resolve(t, &tg)?,
-                LazyArg::Scalar(l, d) => Resolved::Scalar(*l, *d),
+            resolved.push(match a.operand() {
+                Ok(t) => resolve(t, &tg)?,
+                Err((l, d)) => Resolved::Scalar(l, d),
             });
         }
         let mut g = tg.state.lock();
@@ -157,6 +163,7 @@ pub(crate) fn record(
 
 /// What an input value is from `tg`'s point of view, flushing other
 /// threads' graphs that hold it.
+#[inline(always)]
 fn resolve(t: &Arc<TensorInner>, tg: &Arc<ThreadGraph>) -> Result<Resolved> {
     loop {
         let st = t.state.lock();
@@ -177,6 +184,7 @@ fn resolve(t: &Arc<TensorInner>, tg: &Arc<ThreadGraph>) -> Result<Resolved> {
 }
 
 impl GraphState {
+    #[inline(always)]
     fn node_for(&mut self, r: Resolved, origin: &'static Location<'static>) -> NodeId {
         let (key, (shape, dtype), input) = match r {
             Resolved::Node(n, _) => return n,

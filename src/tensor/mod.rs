@@ -31,6 +31,15 @@ pub(crate) enum Arg<'a> {
     Scalar(lazyfuse_ir::Literal, DType),
 }
 
+impl LazyArg for Arg<'_> {
+    fn operand(&self) -> std::result::Result<&Arc<TensorInner>, (lazyfuse_ir::Literal, DType)> {
+        match self {
+            Arg::T(t) => Ok(&t.0),
+            Arg::Scalar(l, d) => Err((*l, *d)),
+        }
+    }
+}
+
 /// What the layer above (autograd) does after an op on tracked operands is
 /// recorded: the tape seam. Installed once, by the first tensor that
 /// requires grad, so this layer never names autograd and untracked
@@ -228,14 +237,7 @@ impl Tensor {
                 .any(|a| matches!(a, Arg::T(t) if t.0.autograd.get().is_some()))
         });
         let track = tape.map(|h| (*h, op.clone()));
-        let lazy: SmallVec<[LazyArg<'_>; 3]> = args
-            .iter()
-            .map(|a| match a {
-                Arg::T(t) => LazyArg::Value(&t.0),
-                Arg::Scalar(l, d) => LazyArg::Scalar(*l, *d),
-            })
-            .collect();
-        let out = Tensor(crate::lazy::record(device, op, &lazy, shape, dtype, loc)?);
+        let out = Tensor(crate::lazy::record(device, op, args, shape, dtype, loc)?);
         if let Some((hook, op)) = track {
             hook(op, args, &out, loc);
         }
@@ -254,11 +256,10 @@ impl Tensor {
             return Ok(Tensor::ready(buf, self.device()));
         }
         let op = Op::Reshape(self.shape().clone());
-        let lazy = [LazyArg::Value(&self.0)];
         let inner = crate::lazy::record(
             self.device(),
             op,
-            &lazy,
+            &[&self.0],
             self.shape().clone(),
             self.dtype(),
             loc,
@@ -275,13 +276,9 @@ impl Tensor {
     ) -> Result<Tensor> {
         let (shape, dtype) =
             lazyfuse_ir::infer(&op, &[]).map_err(|e| Error::op(name, e, String::new(), loc))?;
+        let none: [&Arc<TensorInner>; 0] = [];
         Ok(Tensor(crate::lazy::record(
-            device,
-            op,
-            &[],
-            shape,
-            dtype,
-            loc,
+            device, op, &none, shape, dtype, loc,
         )?))
     }
 
