@@ -78,8 +78,11 @@ pub(crate) struct Job {
     pub ordinal: usize,
     /// The recorded graph.
     pub graph: Graph,
-    /// Nodes whose values are wanted, with where to bind them.
-    pub outputs: Vec<(NodeId, Arc<dyn Slot>)>,
+    /// Nodes whose values are wanted, with where to bind them. Weak: a job
+    /// never keeps a value alive (when a tensor dies is the program's
+    /// business, and output prediction relies on it); a value nobody holds
+    /// any more by the time its job ends is computed and dropped.
+    pub outputs: Vec<(NodeId, Weak<dyn Slot>)>,
     /// Values entering the graph from outside.
     pub inputs: Vec<(NodeId, Input)>,
     /// Fusion mode the graph was recorded under.
@@ -128,17 +131,18 @@ impl Executor {
     /// latch its readers wait on.
     pub(crate) fn submit(self: &Arc<Self>, job: Job) -> Arc<Latch> {
         let latch = Arc::new(Latch::default());
-        if crate::config::launch_blocking() {
-            for (_, s) in &job.outputs {
+        let start = |job: &Job| {
+            for s in job.outputs.iter().filter_map(|(_, s)| s.upgrade()) {
                 s.start(&latch);
             }
+        };
+        if crate::config::launch_blocking() {
+            start(&job);
             run_job(job, &latch);
             return latch;
         }
         let mut q = self.queue.lock();
-        for (_, s) in &job.outputs {
-            s.start(&latch);
-        }
+        start(&job);
         q.jobs.push_back((job, latch.clone()));
         q.outstanding += 1;
         if !q.worker_started {
@@ -197,8 +201,7 @@ fn run_job(job: Job, latch: &Latch) {
     } = job;
     let _span =
         tracing::debug_span!("flush", reason = reason.name(), nodes = graph.len()).entered();
-    // Weak: the job must not keep its results alive past binding them.
-    let for_panic: Vec<Weak<dyn Slot>> = outputs.iter().map(|(_, s)| Arc::downgrade(s)).collect();
+    let for_panic: Vec<Weak<dyn Slot>> = outputs.iter().map(|(_, s)| s.clone()).collect();
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         execute_graph(&rt, ordinal, &graph, outputs, inputs, fuse)
     }));
@@ -243,7 +246,7 @@ fn execute_graph(
     rt: &Runtime,
     ordinal: usize,
     graph: &Graph,
-    outputs: Vec<(NodeId, Arc<dyn Slot>)>,
+    outputs: Vec<(NodeId, Weak<dyn Slot>)>,
     inputs: Vec<(NodeId, Input)>,
     fuse: bool,
 ) {
@@ -257,6 +260,7 @@ fn execute_graph(
     let launched = launch_regions(rt, ordinal, graph, &plan, &mut values);
     await_regions(rt, graph, launched, &mut values);
     for (id, slot) in outputs {
+        let Some(slot) = slot.upgrade() else { continue };
         slot.bind(match values.get(id) {
             Some(r) => r.cloned(),
             None => Err(Error::internal(format!(
@@ -318,6 +322,7 @@ fn launch_regions<'p>(
     for region in &plan.regions {
         match run_region(rt, ordinal, graph, region, values) {
             Ok((outs, done)) => {
+                metrics::add(&C.region_outputs, region.outputs.len() as u64);
                 for (o, b) in region.outputs.iter().zip(outs) {
                     values.bufs[o.index()] = Some(b);
                 }

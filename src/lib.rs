@@ -50,7 +50,7 @@ pub use device::Device;
 pub use error::{Error, Result};
 pub use lazy::{pending_ops, set_fusion, FusionGuard};
 pub use lazyfuse_ir::{DType, Element, HostTensor, Shape};
-pub use tensor::{flush, sync, Tensor};
+pub use tensor::{flush, realize_all, sync, Tensor};
 
 /// The IR and planner crates, for tools that inspect graphs and plans.
 pub use lazyfuse_fusion as fusion;

@@ -136,6 +136,14 @@ counters!(
     disk_cache_evictions,
     /// Time spent loading executables from the persistent cache, in nanoseconds.
     disk_cache_load_ns,
+    /// Live tensors a flush left out (kept pending) because the program was
+    /// predicted not to use them.
+    left_out,
+    /// Left-out tensors computed later after all (read, used, or synced).
+    recomputes,
+    /// Values written by executed regions (their outputs): what flushes
+    /// materialise.
+    region_outputs,
 );
 
 impl Snapshot {
@@ -375,6 +383,9 @@ pub fn report() -> String {
     for r in RECENT_RECOMPILES.lock().iter() {
         let _ = writeln!(s, "recompile: {r}");
     }
+    for r in RECENT_OUTPUTS.lock().iter() {
+        let _ = writeln!(s, "output: {r}");
+    }
     s
 }
 
@@ -387,6 +398,42 @@ pub(crate) fn install_exit_report() {
     if crate::config::metrics_at_exit() {
         crate::exit::on_exit(crate::exit::Stage::Report, print_report);
     }
+}
+
+/// Whether flushes describe what they left out and recomputed (for the
+/// report): on with recording timing (`TPU_METRICS`, [`set_timing`]).
+pub(crate) fn explaining() -> bool {
+    timing_enabled()
+}
+
+/// Output decisions shown in the report, most recent last.
+static RECENT_OUTPUTS: parking_lot::Mutex<std::collections::VecDeque<String>> =
+    parking_lot::Mutex::new(std::collections::VecDeque::new());
+/// How many output decisions the report keeps.
+pub const RECENT_OUTPUTS_KEPT: usize = 32;
+
+fn keep_output_event(e: String) {
+    let mut r = RECENT_OUTPUTS.lock();
+    if r.len() >= RECENT_OUTPUTS_KEPT {
+        r.pop_front();
+    }
+    r.push_back(e);
+}
+
+/// Notes a live tensor left out of a flush (`what`: op, type, recording line).
+pub(crate) fn left_out(what: String) {
+    keep_output_event(format!("left out (dropped unread before): {what}"));
+}
+
+/// Notes a left-out tensor computed after all.
+pub(crate) fn recomputed(what: String) {
+    keep_output_event(format!("recompute (read after being left out): {what}"));
+}
+
+/// The most recent output decisions (left-out tensors and recomputes),
+/// oldest first. Recorded only while recording is timed ([`set_timing`]).
+pub fn recent_output_decisions() -> Vec<String> {
+    RECENT_OUTPUTS.lock().iter().cloned().collect()
 }
 
 /// Recompiles by cause index (`lazyfuse::fusion::Cause` order); the explain

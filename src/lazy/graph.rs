@@ -8,8 +8,9 @@
 //! in-flight tensor: jobs run in submission order), and only reading a
 //! value or an explicit wait blocks.
 
+use super::predict::Predictor;
 use super::value::{TensorInner, TensorState};
-use crate::executor::{Input, Job, Latch, Slot};
+use crate::executor::{Input, Latch, Slot};
 use crate::metrics::{self, FlushReason, COUNTERS as C};
 use crate::runtime::DeviceBuffer;
 use crate::{Device, Result};
@@ -18,26 +19,29 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 use std::cell::RefCell;
 use std::panic::Location;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Weak};
 
 /// One thread's pending graph on one device.
 pub(crate) struct ThreadGraph {
-    device: Device,
-    state: Mutex<GraphState>,
+    pub(super) device: Device,
+    pub(super) state: Mutex<GraphState>,
+    /// What this graph's flushes compute beyond their sync points' needs.
+    pub(super) predictor: Mutex<Predictor>,
 }
 
 #[derive(Default)]
-struct GraphState {
-    graph: Graph,
+pub(super) struct GraphState {
+    pub graph: Graph,
     /// Bumped at every flush; a pending tensor records the generation of its node.
-    gen: u64,
+    pub gen: u64,
     /// The tensor created for each node, if any (indexed by node index).
-    owners: Vec<Weak<TensorInner>>,
+    pub owners: Vec<Weak<TensorInner>>,
     /// Values entering the graph from outside, deduplicated by address.
-    leaves: std::collections::HashMap<usize, NodeId, std::hash::BuildHasherDefault<ahash::AHasher>>,
-    inputs: Vec<(NodeId, Input)>,
+    pub leaves:
+        std::collections::HashMap<usize, NodeId, std::hash::BuildHasherDefault<ahash::AHasher>>,
+    pub inputs: Vec<(NodeId, Input)>,
     /// Fusion mode the pending ops were recorded under.
-    fuse: bool,
+    pub fuse: bool,
 }
 
 thread_local! {
@@ -54,6 +58,7 @@ fn thread_graph(device: &Device) -> Arc<ThreadGraph> {
         let g = Arc::new(ThreadGraph {
             device: device.clone(),
             state: Mutex::new(GraphState::default()),
+            predictor: Mutex::new(Predictor::default()),
         });
         c.push(g.clone());
         g
@@ -131,17 +136,12 @@ pub(crate) fn record(
         let id = g
             .graph
             .push_inferred(op, &ids, shape.clone(), dtype, origin);
-        let inner = Arc::new(TensorInner {
-            shape,
-            dtype,
-            device: device.clone(),
-            state: Mutex::new(TensorState::Pending {
-                graph: tg.clone(),
-                node: id,
-                gen: g.gen,
-            }),
-            autograd: OnceLock::new(),
-        });
+        let state = TensorState::Pending {
+            graph: tg.clone(),
+            node: id,
+            gen: g.gen,
+        };
+        let inner = Arc::new(TensorInner::new(shape, dtype, device, state));
         let idx = id.index();
         if g.owners.len() <= idx {
             g.owners.resize(idx + 1, Weak::new());
@@ -165,6 +165,7 @@ pub(crate) fn record(
 /// threads' graphs that hold it.
 #[inline(always)]
 fn resolve(t: &Arc<TensorInner>, tg: &Arc<ThreadGraph>) -> Result<Resolved> {
+    t.mark_used();
     loop {
         let st = t.state.lock();
         match &*st {
@@ -173,11 +174,18 @@ fn resolve(t: &Arc<TensorInner>, tg: &Arc<ThreadGraph>) -> Result<Resolved> {
             TensorState::Failed(e) => return Err(e.clone()),
             TensorState::Pending { graph, node, gen } => {
                 if Arc::ptr_eq(graph, tg) {
-                    return Ok(Resolved::Node(*node, *gen));
+                    let r = Resolved::Node(*node, *gen);
+                    drop(st);
+                    if let Some(site) = t.take_retained() {
+                        // Left out of an earlier flush, used after all: it is
+                        // computed with this graph (a recompute).
+                        tg.recomputed(t, site);
+                    }
+                    return Ok(r);
                 }
                 let other = graph.clone();
                 drop(st);
-                other.flush(FlushReason::CrossThread);
+                other.flush_for(FlushReason::CrossThread, std::slice::from_ref(t));
             }
         }
     }
@@ -209,6 +217,19 @@ impl GraphState {
                 Input::Future(t as Arc<dyn Slot>),
             ),
         };
+        self.leaf(key, shape, dtype, input, origin)
+    }
+
+    /// The input node of the outside value `input` (address `key`), added
+    /// on first use.
+    pub(super) fn leaf(
+        &mut self,
+        key: usize,
+        shape: Shape,
+        dtype: DType,
+        input: Input,
+        origin: &'static Location<'static>,
+    ) -> NodeId {
         if let Some(&n) = self.leaves.get(&key) {
             return n;
         }
@@ -220,42 +241,5 @@ impl GraphState {
         self.leaves.insert(key, n);
         self.inputs.push((n, input));
         n
-    }
-}
-
-impl ThreadGraph {
-    /// Hands everything pending in this graph to the executor and returns
-    /// the latch of the job that computes it (`None` when nothing was
-    /// pending). The graph stays locked until the executor has marked the
-    /// live tensors in flight and queued the job, so no other thread can
-    /// see them pending in a graph that no longer holds them.
-    pub(crate) fn flush(&self, reason: FlushReason) -> Option<Arc<Latch>> {
-        let mut g = self.state.lock();
-        if g.graph.is_empty() {
-            return None;
-        }
-        metrics::flush(reason);
-        let graph = std::mem::take(&mut g.graph);
-        let owners = std::mem::take(&mut g.owners);
-        let inputs = std::mem::take(&mut g.inputs);
-        g.leaves.clear();
-        g.gen += 1;
-        let outputs: Vec<(NodeId, Arc<dyn Slot>)> = owners
-            .iter()
-            .enumerate()
-            .filter_map(|(i, w)| w.upgrade().map(|t| (NodeId::new(i), t as Arc<dyn Slot>)))
-            .collect();
-        let job = Job {
-            rt: self.device.rt.clone(),
-            ordinal: self.device.ordinal,
-            graph,
-            outputs,
-            inputs,
-            fuse: g.fuse,
-            reason,
-        };
-        let latch = self.device.executor.submit(job);
-        drop(g);
-        Some(latch)
     }
 }

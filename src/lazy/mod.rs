@@ -11,11 +11,13 @@
 //! which [`TensorInner`] implements, so the executor never names a tensor.
 //! Nodes nobody holds are never materialised.
 
+mod flush;
 mod graph;
 mod mode;
+mod predict;
 mod value;
 
 pub use graph::pending_ops;
 pub(crate) use graph::{record, sync_thread, LazyArg};
 pub use mode::{set_fusion, FusionGuard};
-pub(crate) use value::TensorInner;
+pub(crate) use value::{materialize_all, TensorInner};

@@ -9,7 +9,11 @@ use crate::{Device, Error, Result};
 use lazyfuse_ir::{DType, NodeId, Shape};
 use parking_lot::Mutex;
 use std::any::Any;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
+
+/// [`TensorInner::flags`]: left out of a flush and kept pending.
+const RETAINED: u8 = 1;
 
 /// What a tensor handle points at: its type, its device, where its value
 /// is, and one slot for the autograd layer above (type-erased, so this
@@ -22,6 +26,14 @@ pub(crate) struct TensorInner {
     /// Set only for tensors that take part in differentiation (so untracked
     /// tensors pay one empty `OnceLock`).
     pub autograd: OnceLock<Arc<dyn Any + Send + Sync>>,
+    /// Output-prediction bookkeeping ([`RETAINED`]).
+    flags: AtomicU8,
+    /// Set when the program reads or uses the value, once a flush computed
+    /// it only because it was live. Shared with the predictor's watch list
+    /// so the outcome survives the tensor.
+    used: OnceLock<Arc<AtomicBool>>,
+    /// The prediction site of a retained tensor.
+    site: AtomicU64,
 }
 
 /// Where a tensor's value is.
@@ -41,19 +53,67 @@ pub(crate) enum TensorState {
 }
 
 impl TensorInner {
+    /// A tensor in `state`.
+    pub(crate) fn new(shape: Shape, dtype: DType, device: &Device, state: TensorState) -> Self {
+        TensorInner {
+            shape,
+            dtype,
+            device: device.clone(),
+            state: Mutex::new(state),
+            autograd: OnceLock::new(),
+            flags: AtomicU8::new(0),
+            used: OnceLock::new(),
+            site: AtomicU64::new(0),
+        }
+    }
+
     /// A tensor whose value is already on `device`.
     pub(crate) fn ready(buf: Arc<DeviceBuffer>, device: &Device) -> Arc<TensorInner> {
-        Arc::new(TensorInner {
-            shape: buf.shape.clone(),
-            dtype: buf.dtype,
-            device: device.clone(),
-            state: Mutex::new(TensorState::Ready(buf)),
-            autograd: OnceLock::new(),
-        })
+        let (shape, dtype) = (buf.shape.clone(), buf.dtype);
+        Arc::new(TensorInner::new(
+            shape,
+            dtype,
+            device,
+            TensorState::Ready(buf),
+        ))
+    }
+
+    /// Notes that the program read or used this value.
+    #[inline]
+    pub(crate) fn mark_used(&self) {
+        if let Some(u) = self.used.get() {
+            u.store(true, Relaxed);
+        }
+    }
+
+    /// A fresh "used" cell for watching this value: false until the program
+    /// reads or uses it.
+    pub(crate) fn watch_cell(&self) -> Arc<AtomicBool> {
+        let u = self.used.get_or_init(Default::default).clone();
+        u.store(false, Relaxed);
+        u
+    }
+
+    /// Marks the value as left out of a flush (kept pending), from `site`.
+    pub(crate) fn set_retained(&self, site: u64) {
+        self.site.store(site, Relaxed);
+        self.flags.fetch_or(RETAINED, Relaxed);
+    }
+
+    /// If the value was left out, clears that and returns its site: it is
+    /// being computed after all (a recompute).
+    #[inline]
+    pub(crate) fn take_retained(&self) -> Option<u64> {
+        if self.flags.load(Relaxed) & RETAINED == 0 {
+            return None;
+        }
+        let was = self.flags.fetch_and(!RETAINED, Relaxed);
+        (was & RETAINED != 0).then(|| self.site.load(Relaxed))
     }
 
     /// The device buffer if the value is already materialised (no flush).
     pub(crate) fn ready_buffer(&self) -> Option<Arc<DeviceBuffer>> {
+        self.mark_used();
         match &*self.state.lock() {
             TensorState::Ready(b) => Some(b.clone()),
             _ => None,
@@ -75,7 +135,8 @@ impl TensorInner {
 
     /// Flushes whatever graph holds this value, waits for it, and returns
     /// its device buffer.
-    pub(crate) fn materialize(&self, reason: FlushReason) -> Result<Arc<DeviceBuffer>> {
+    pub(crate) fn materialize(self: &Arc<Self>, reason: FlushReason) -> Result<Arc<DeviceBuffer>> {
+        self.mark_used();
         loop {
             let st = self.state.lock();
             match &*st {
@@ -84,7 +145,7 @@ impl TensorInner {
                 TensorState::Pending { graph, .. } => {
                     let graph = graph.clone();
                     drop(st);
-                    graph.flush(reason);
+                    graph.flush_for(reason, std::slice::from_ref(self));
                 }
                 TensorState::InFlight(latch) => {
                     let latch = latch.clone();
@@ -132,4 +193,32 @@ impl Slot for TensorInner {
             }
         }
     }
+}
+
+/// Computes every tensor of `ts` (one flush per graph holding some of them,
+/// other live tensors left to output prediction) and waits for them; the
+/// first failure is returned.
+pub(crate) fn materialize_all(ts: &[Arc<TensorInner>], reason: FlushReason) -> Result<()> {
+    let mut groups: Vec<(Arc<ThreadGraph>, Vec<Arc<TensorInner>>)> = Vec::new();
+    for t in ts {
+        t.mark_used();
+        if let TensorState::Pending { graph, .. } = &*t.state.lock() {
+            match groups.iter_mut().find(|(g, _)| Arc::ptr_eq(g, graph)) {
+                Some((_, v)) => v.push(t.clone()),
+                None => groups.push((graph.clone(), vec![t.clone()])),
+            }
+        }
+    }
+    for (g, need) in &groups {
+        g.flush_for(reason, need);
+    }
+    let mut first = Ok(());
+    for t in ts {
+        if let Err(e) = t.materialize(reason) {
+            if first.is_ok() {
+                first = Err(e);
+            }
+        }
+    }
+    first
 }

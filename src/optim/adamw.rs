@@ -75,8 +75,10 @@ impl Optimizer for AdamW {
             let denom = self.v[i].div(bc2)?.sqrt()?.add_scalar(self.eps)?;
             p.set(w2.sub(&mhat.div(&denom)?.mul(lr)?)?)?;
         }
-        crate::sync();
-        Ok(())
+        // The step's state is what it needs: parameters and both moments.
+        let params: Vec<Tensor> = self.params.iter().map(|p| p.tensor()).collect();
+        let need: Vec<&Tensor> = params.iter().chain(&self.m).chain(&self.v).collect();
+        crate::realize_all(&need)
     }
 
     fn params(&self) -> &[Param] {

@@ -50,8 +50,10 @@ impl Optimizer for Sgd {
             }
             p.set(w.sub(&g.mul(&lr)?)?)?;
         }
-        crate::sync();
-        Ok(())
+        // The step's state is what it needs: parameters and momentum.
+        let params: Vec<Tensor> = self.params.iter().map(|p| p.tensor()).collect();
+        let need: Vec<&Tensor> = params.iter().chain(&self.bufs).collect();
+        crate::realize_all(&need)
     }
 
     fn params(&self) -> &[Param] {

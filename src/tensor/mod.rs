@@ -300,6 +300,17 @@ pub fn flush() {
     let _ = crate::lazy::sync_thread(FlushReason::Sync);
 }
 
+/// Computes `tensors` on their devices and waits for them (a sync point for
+/// exactly these): one flush per graph that holds some of them. Other live
+/// pending tensors are computed only if the program is predicted to use
+/// them (see the README's "What a flush computes"); an optimizer step uses
+/// this for its parameters and state, so gradients are not written out just
+/// because parameters hold them.
+pub fn realize_all(tensors: &[&Tensor]) -> Result<()> {
+    let inner: Vec<Arc<TensorInner>> = tensors.iter().map(|t| t.0.clone()).collect();
+    crate::lazy::materialize_all(&inner, FlushReason::Realize)
+}
+
 /// Flushes every graph the calling thread has pending and waits until they
 /// are computed (a sync point, like `torch_xla.sync()` + `wait_device_ops()`).
 pub fn sync() {

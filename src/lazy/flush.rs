@@ -1,0 +1,311 @@
+//! Flushing a thread graph: choosing the outputs, keeping what is left out
+//! pending, and handing the rest to the executor.
+//!
+//! Outputs are what the sync point needs (the tensor read or realized, the
+//! tensors an optimizer step declares, every live tensor for `sync()`), plus
+//! the live tensors [`Predictor`] expects the program to use. A live tensor
+//! left out stays pending: its backward slice is copied into the graph's
+//! next generation, where the values this flush computes become inputs
+//! (read when the later job runs) and the graph inputs it reads stay held,
+//! so nothing it needs is donated or freed. If the program reads or uses it
+//! after all, it is computed then (a recompute, counted in the metrics); if
+//! it dies, the next flush prunes it and it never runs.
+
+use super::graph::{GraphState, ThreadGraph};
+use super::predict::{site_of, Predictor, Site};
+use super::value::{TensorInner, TensorState};
+use crate::executor::{Input, Job, Latch, Slot};
+use crate::metrics::{self, FlushReason, COUNTERS as C};
+use lazyfuse_ir::{Graph, NodeId};
+use smallvec::SmallVec;
+use std::sync::{Arc, Weak};
+
+/// A live tensor of the flushed graph and its node.
+type Live = (NodeId, Arc<TensorInner>);
+
+impl ThreadGraph {
+    /// Computes everything pending in this graph (no prediction): see
+    /// [`ThreadGraph::flush_for`].
+    pub(crate) fn flush(&self, reason: FlushReason) -> Option<Arc<Latch>> {
+        self.flush_with(reason, None)
+    }
+
+    /// Hands this graph to the executor, computing the tensors of `need`
+    /// and the live tensors predicted to be used; returns the latch of the
+    /// job (`None` when nothing was pending). The graph stays locked until
+    /// the executor has marked the outputs in flight and queued the job, so
+    /// no other thread can see them pending in a graph that no longer holds
+    /// them.
+    pub(crate) fn flush_for(
+        &self,
+        reason: FlushReason,
+        need: &[Arc<TensorInner>],
+    ) -> Option<Arc<Latch>> {
+        self.flush_with(reason, Some(need))
+    }
+
+    fn flush_with(
+        &self,
+        reason: FlushReason,
+        need: Option<&[Arc<TensorInner>]>,
+    ) -> Option<Arc<Latch>> {
+        let mut g = self.state.lock();
+        if g.graph.is_empty() {
+            return None;
+        }
+        metrics::flush(reason);
+        let graph = std::mem::take(&mut g.graph);
+        let owners = std::mem::take(&mut g.owners);
+        let inputs = std::mem::take(&mut g.inputs);
+        g.leaves.clear();
+        g.gen += 1;
+        let live: Vec<Live> = owners
+            .iter()
+            .enumerate()
+            .filter_map(|(i, w)| w.upgrade().map(|t| (NodeId::new(i), t)))
+            .collect();
+        let (mut outputs, mut left_out) = self.select(&graph, live, need);
+        if !left_out.is_empty() {
+            keep_what_pins_dying_inputs(&graph, &inputs, &mut outputs, &mut left_out);
+        }
+        if !left_out.is_empty() {
+            retain(&graph, &inputs, &outputs, &left_out, &mut g);
+        }
+        let job = Job {
+            rt: self.device.rt.clone(),
+            ordinal: self.device.ordinal,
+            graph,
+            outputs: outputs
+                .iter()
+                .map(|(n, t)| (*n, Arc::downgrade(t) as Weak<dyn Slot>))
+                .collect(),
+            inputs,
+            fuse: g.fuse,
+            reason,
+        };
+        let latch = self.device.executor.submit(job);
+        drop(g);
+        Some(latch)
+    }
+
+    /// Splits the live tensors into outputs and those left out (with their
+    /// sites), settling what earlier flushes watched.
+    fn select(
+        &self,
+        graph: &Graph,
+        live: Vec<Live>,
+        need: Option<&[Arc<TensorInner>]>,
+    ) -> (Vec<Live>, Vec<(Live, Site)>) {
+        let mut p = self.predictor.lock();
+        let Some(need) = need else {
+            for (_, t) in &live {
+                if t.take_retained().is_some() {
+                    metrics::add(&C.recomputes, 1);
+                }
+            }
+            return (live, Vec::new());
+        };
+        p.observe();
+        let needed: ahash::AHashSet<usize> = need.iter().map(|t| Arc::as_ptr(t) as usize).collect();
+        let mut outputs = Vec::with_capacity(live.len());
+        let mut left_out = Vec::new();
+        for (n, t) in live {
+            if needed.contains(&(Arc::as_ptr(&t) as usize)) {
+                if let Some(site) = t.take_retained() {
+                    recompute(&mut p, graph, n, site);
+                }
+                outputs.push((n, t));
+                continue;
+            }
+            let site = site_of(graph.node(n));
+            if p.leave_out(site) {
+                left_out.push(((n, t), site));
+            } else {
+                // A retained tensor carried into this graph and still unused
+                // stays retained: only the program's own use changes a site.
+                let _ = t.take_retained();
+                p.watch(&t, site);
+                outputs.push((n, t));
+            }
+        }
+        metrics::add(&C.left_out, left_out.len() as u64);
+        if metrics::explaining() {
+            for ((n, _), _) in &left_out {
+                metrics::left_out(describe(graph, *n));
+            }
+        }
+        (outputs, left_out)
+    }
+
+    /// A tensor left out earlier is being computed because the program used
+    /// it (in this thread's next graph).
+    pub(super) fn recomputed(&self, _t: &Arc<TensorInner>, site: Site) {
+        metrics::add(&C.recomputes, 1);
+        self.predictor.lock().mispredicted(site);
+    }
+}
+
+fn recompute(p: &mut Predictor, graph: &Graph, n: NodeId, site: Site) {
+    metrics::add(&C.recomputes, 1);
+    p.mispredicted(site);
+    if metrics::explaining() {
+        metrics::recomputed(describe(graph, n));
+    }
+}
+
+/// `op @ file:line` of node `n`.
+fn describe(graph: &Graph, n: NodeId) -> String {
+    let node = graph.node(n);
+    format!(
+        "{} {}{} @ {}:{}",
+        node.op.name(),
+        node.dtype,
+        node.shape,
+        node.origin.file(),
+        node.origin.line()
+    )
+}
+
+/// Moves back to the outputs every left-out tensor whose slice reads a
+/// graph input that only this flush holds (no tensor does): retaining it
+/// would keep a buffer alive that the flush frees or donates (an optimizer
+/// step's old parameters, say), costing more memory and an in-place update
+/// for what computing the tensor costs. Deterministic: a buffer only the
+/// graph holds cannot gain a holder before the job runs.
+fn keep_what_pins_dying_inputs(
+    graph: &Graph,
+    inputs: &[(NodeId, Input)],
+    outputs: &mut Vec<Live>,
+    left_out: &mut Vec<(Live, Site)>,
+) {
+    let n = graph.len();
+    let mut dying = vec![false; n];
+    let mut any = false;
+    for (id, input) in inputs {
+        if let Input::Buffer(b) = input {
+            if Arc::strong_count(b) == 1 {
+                dying[id.index()] = true;
+                any = true;
+            }
+        }
+    }
+    if !any {
+        return;
+    }
+    let mut stop = vec![false; n];
+    for (id, _) in outputs.iter() {
+        stop[id.index()] = true;
+    }
+    let mut seen = vec![false; n];
+    let mut i = 0;
+    while i < left_out.len() {
+        let root = left_out[i].0 .0;
+        seen.iter_mut().for_each(|s| *s = false);
+        let mut stack = vec![root];
+        let mut pins = false;
+        while let Some(id) = stack.pop() {
+            if std::mem::replace(&mut seen[id.index()], true) {
+                continue;
+            }
+            if dying[id.index()] {
+                pins = true;
+                break;
+            }
+            if id != root && stop[id.index()] {
+                continue;
+            }
+            stack.extend(graph.node(id).inputs.iter().copied());
+        }
+        if pins {
+            let ((id, t), _) = left_out.swap_remove(i);
+            stop[id.index()] = true;
+            outputs.push((id, t));
+        } else {
+            i += 1;
+        }
+    }
+}
+
+/// Copies the backward slice of every left-out tensor into `g` (the graph's
+/// next generation) and points the tensors at their new nodes. Values this
+/// flush computes become future inputs; graph inputs stay held.
+fn retain(
+    old: &Graph,
+    inputs: &[(NodeId, Input)],
+    outputs: &[Live],
+    left_out: &[(Live, Site)],
+    g: &mut GraphState,
+) {
+    let n = old.len();
+    let mut input_at: Vec<Option<usize>> = vec![None; n];
+    for (i, (id, _)) in inputs.iter().enumerate() {
+        input_at[id.index()] = Some(i);
+    }
+    let mut output_at: Vec<Option<usize>> = vec![None; n];
+    for (i, (id, _)) in outputs.iter().enumerate() {
+        output_at[id.index()] = Some(i);
+    }
+    let mut map: Vec<Option<NodeId>> = vec![None; n];
+    let mut stack: Vec<(NodeId, bool)> = Vec::new();
+    for ((root, _), _) in left_out {
+        stack.push((*root, false));
+        while let Some((id, expanded)) = stack.pop() {
+            if map[id.index()].is_some() {
+                continue;
+            }
+            let node = old.node(id);
+            let is_leaf = output_at[id.index()].is_some() || input_at[id.index()].is_some();
+            if !expanded && !is_leaf {
+                stack.push((id, true));
+                for &i in node.inputs.iter().rev() {
+                    if map[i.index()].is_none() {
+                        stack.push((i, false));
+                    }
+                }
+                continue;
+            }
+            let new = if let Some(k) = output_at[id.index()] {
+                let t = &outputs[k].1;
+                let input = Input::Future(t.clone() as Arc<dyn Slot>);
+                let key = Arc::as_ptr(t) as usize;
+                g.leaf(key, node.shape.clone(), node.dtype, input, node.origin)
+            } else if let Some(k) = input_at[id.index()] {
+                let (key, input) = match &inputs[k].1 {
+                    Input::Buffer(b) => (Arc::as_ptr(b) as usize, Input::Buffer(b.clone())),
+                    Input::Future(s) => (
+                        Arc::as_ptr(s) as *const () as usize,
+                        Input::Future(s.clone()),
+                    ),
+                };
+                g.leaf(key, node.shape.clone(), node.dtype, input, node.origin)
+            } else {
+                let ins: SmallVec<[NodeId; 3]> = node
+                    .inputs
+                    .iter()
+                    .map(|i| map[i.index()].expect("inputs are copied first"))
+                    .collect();
+                g.graph.push_inferred(
+                    node.op.clone(),
+                    &ins,
+                    node.shape.clone(),
+                    node.dtype,
+                    node.origin,
+                )
+            };
+            map[id.index()] = Some(new);
+        }
+    }
+    let gen = g.gen;
+    for ((root, t), site) in left_out {
+        let new = map[root.index()].expect("every left-out node is copied");
+        if g.owners.len() <= new.index() {
+            g.owners.resize(new.index() + 1, Weak::new());
+        }
+        g.owners[new.index()] = Arc::downgrade(t);
+        if let TensorState::Pending { node, gen: tg, .. } = &mut *t.state.lock() {
+            *node = new;
+            *tg = gen;
+        }
+        t.set_retained(*site);
+    }
+}
