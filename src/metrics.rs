@@ -120,6 +120,8 @@ counters!(
     live_buffers,
     /// Bytes held by live device buffers.
     live_buffer_bytes,
+    /// The most bytes live device buffers held at once.
+    peak_live_buffer_bytes,
     /// Regions whose compile or execution failed.
     region_failures,
     /// Input buffers donated to XLA (reused for an output in place).

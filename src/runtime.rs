@@ -37,7 +37,11 @@ impl DeviceBuffer {
     fn new(raw: RawBuffer, shape: Shape, dtype: DType) -> Arc<Self> {
         let bytes = shape.numel() * dtype.size_in_bytes();
         metrics::add(&C.live_buffers, 1);
-        metrics::add(&C.live_buffer_bytes, bytes as u64);
+        let now = C
+            .live_buffer_bytes
+            .fetch_add(bytes as u64, std::sync::atomic::Ordering::Relaxed);
+        C.peak_live_buffer_bytes
+            .fetch_max(now + bytes as u64, std::sync::atomic::Ordering::Relaxed);
         Arc::new(DeviceBuffer {
             raw,
             shape,
