@@ -79,6 +79,7 @@ fn differential() {
     let mut runner =
         TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &key));
     let start = Instant::now();
+    let m0 = lazyfuse::metrics::snapshot();
     let (programs, ops, events) = (Cell::new(0usize), Cell::new(0usize), Cell::new(0usize));
     let result = runner.run(&prop::collection::vec(gene(), 1..=24), |genes| {
         let p = build(&genes);
@@ -93,11 +94,14 @@ fn differential() {
         events.set(events.get() + sync_events.count());
         check_program(&p, &dev).map_err(TestCaseError::fail)
     });
+    let m1 = lazyfuse::metrics::snapshot();
     eprintln!(
-        "fuzz_ops: seed {seed:#x}: {} programs run ({cases} cases + shrinking), {} ops, {} sync events, {:.1} s",
+        "fuzz_ops: seed {seed:#x}: {} programs run ({cases} cases + shrinking), {} ops, {} sync events, {} values left out, {} recomputes, {:.1} s",
         programs.get(),
         ops.get(),
         events.get(),
+        m1.left_out - m0.left_out,
+        m1.recomputes - m0.recomputes,
         start.elapsed().as_secs_f64()
     );
     match result {
