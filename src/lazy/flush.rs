@@ -139,7 +139,7 @@ impl ThreadGraph {
 
     /// A tensor left out earlier is being computed because the program used
     /// it (in this thread's next graph).
-    pub(super) fn recomputed(&self, _t: &Arc<TensorInner>, site: Site) {
+    pub(super) fn recomputed(&self, site: Site) {
         metrics::add(&C.recomputes, 1);
         self.predictor.lock().mispredicted(site);
     }
@@ -196,15 +196,19 @@ fn keep_what_pins_dying_inputs(
     for (id, _) in outputs.iter() {
         stop[id.index()] = true;
     }
-    let mut seen = vec![false; n];
+    // Visit marks stamped per walk, so no walk clears the whole graph's.
+    let mut seen = vec![0u32; n];
+    let mut walk = 0u32;
+    let mut stack = Vec::new();
     let mut i = 0;
     while i < left_out.len() {
         let root = left_out[i].0 .0;
-        seen.iter_mut().for_each(|s| *s = false);
-        let mut stack = vec![root];
+        walk += 1;
+        stack.clear();
+        stack.push(root);
         let mut pins = false;
         while let Some(id) = stack.pop() {
-            if std::mem::replace(&mut seen[id.index()], true) {
+            if std::mem::replace(&mut seen[id.index()], walk) == walk {
                 continue;
             }
             if dying[id.index()] {

@@ -179,7 +179,7 @@ fn resolve(t: &Arc<TensorInner>, tg: &Arc<ThreadGraph>) -> Result<Resolved> {
                     if let Some(site) = t.take_retained() {
                         // Left out of an earlier flush, used after all: it is
                         // computed with this graph (a recompute).
-                        tg.recomputed(t, site);
+                        tg.recomputed(site);
                     }
                     return Ok(r);
                 }
