@@ -18,7 +18,7 @@
 use crate::metrics::{self, FlushReason, COUNTERS as C};
 use crate::runtime::{DeviceBuffer, Runtime};
 use crate::{Error, Result};
-use lazyfuse_fusion::{plan_with_donation, Plan, PlanOptions, Region};
+use lazyfuse_fusion::{Plan, PlanCache, PlanOptions, Region};
 use lazyfuse_ir::{Graph, NodeId, Op};
 use parking_lot::{Condvar, Mutex};
 use smallvec::SmallVec;
@@ -96,6 +96,9 @@ pub(crate) struct Job {
 pub(crate) struct Executor {
     queue: Mutex<Queue>,
     cv: Condvar,
+    /// Plans of recent flushes, replayed when a graph's structure repeats
+    /// (only the worker, or a blocking launch, plans: never contended).
+    plans: Mutex<PlanCache>,
 }
 
 #[derive(Default)]
@@ -138,7 +141,7 @@ impl Executor {
         };
         if crate::config::launch_blocking() {
             start(&job);
-            run_job(job, &latch);
+            run_job(job, &latch, &self.plans);
             return latch;
         }
         let mut q = self.queue.lock();
@@ -168,7 +171,7 @@ impl Executor {
                     self.cv.wait(&mut q);
                 }
             };
-            run_job(job, &latch);
+            run_job(job, &latch, &self.plans);
             let mut q = self.queue.lock();
             q.outstanding -= 1;
             self.cv.notify_all();
@@ -189,7 +192,7 @@ impl Executor {
 
 /// Runs one job and always opens its latch, even if running it panics
 /// (a bug): its values then fail instead of hanging their readers.
-fn run_job(job: Job, latch: &Latch) {
+fn run_job(job: Job, latch: &Latch, plans: &Mutex<PlanCache>) {
     let Job {
         rt,
         ordinal,
@@ -203,7 +206,7 @@ fn run_job(job: Job, latch: &Latch) {
         tracing::debug_span!("flush", reason = reason.name(), nodes = graph.len()).entered();
     let for_panic: Vec<Weak<dyn Slot>> = outputs.iter().map(|(_, s)| s.clone()).collect();
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        execute_graph(&rt, ordinal, &graph, outputs, inputs, fuse)
+        execute_graph(&rt, ordinal, &graph, outputs, inputs, fuse, plans)
     }));
     if r.is_err() {
         for s in for_panic.iter().filter_map(Weak::upgrade) {
@@ -249,6 +252,7 @@ fn execute_graph(
     outputs: Vec<(NodeId, Weak<dyn Slot>)>,
     inputs: Vec<(NodeId, Input)>,
     fuse: bool,
+    plans: &Mutex<PlanCache>,
 ) {
     let mut values = Values {
         bufs: vec![None; graph.len()],
@@ -256,7 +260,7 @@ fn execute_graph(
     };
     let dying = read_inputs(inputs, &mut values);
     let wanted: Vec<NodeId> = outputs.iter().map(|(n, _)| *n).collect();
-    let plan = plan_graph(graph, &wanted, &dying, fuse);
+    let plan = plan_graph(graph, &wanted, &dying, fuse, plans);
     let launched = launch_regions(rt, ordinal, graph, &plan, &mut values);
     await_regions(rt, graph, launched, &mut values);
     for (id, slot) in outputs {
@@ -294,15 +298,25 @@ fn read_inputs(inputs: Vec<(NodeId, Input)>, values: &mut Values) -> Vec<NodeId>
         .collect()
 }
 
-/// Step 2: cuts the graph into regions.
-fn plan_graph(graph: &Graph, wanted: &[NodeId], dying: &[NodeId], fuse: bool) -> Plan {
+/// Step 2: cuts the graph into regions, or replays the plan of an earlier
+/// flush with the same structure, wanted values and dying inputs.
+fn plan_graph(
+    graph: &Graph,
+    wanted: &[NodeId],
+    dying: &[NodeId],
+    fuse: bool,
+    plans: &Mutex<PlanCache>,
+) -> Arc<Plan> {
     let opts = PlanOptions {
         fuse,
         ..PlanOptions::default()
     };
     let t_plan = std::time::Instant::now();
-    let plan = tracing::debug_span!("plan", nodes = graph.len())
-        .in_scope(|| plan_with_donation(graph, wanted, dying, &opts));
+    let (plan, reused) = tracing::debug_span!("plan", nodes = graph.len())
+        .in_scope(|| plans.lock().plan(graph, wanted, dying, &opts));
+    if reused {
+        metrics::add(&C.plans_reused, 1);
+    }
     metrics::observe_since(metrics::Phase::Plan, t_plan);
     metrics::observe(metrics::Phase::RegionsPerFlush, plan.regions.len() as u64);
     crate::dump::flush_log(graph, &plan);

@@ -96,7 +96,8 @@ macro_rules! counters {
 }
 
 counters!(
-    /// Ops recorded into graphs (including scalar constants and leaves).
+    /// Ops recorded into graphs, scalar constants included (added when
+    /// their graph is flushed, so pending ops are not counted yet).
     ops_recorded,
     /// Regions executed on the device.
     regions_executed,
@@ -146,6 +147,9 @@ counters!(
     /// Values written by executed regions (their outputs): what flushes
     /// materialise.
     region_outputs,
+    /// Flushes whose plan was replayed from an earlier flush with the same
+    /// graph structure instead of planned again.
+    plans_reused,
 );
 
 impl Snapshot {

@@ -20,11 +20,13 @@
 mod key;
 mod plan;
 mod repeat;
+mod reuse;
 mod signature;
 
 pub use key::RegionKey;
 pub use plan::{plan, plan_with_donation, Plan, PlanOptions, Region};
 pub use repeat::{find_repeats, Repeat, RepeatOptions};
+pub use reuse::PlanCache;
 pub use signature::{
     describe, primary_cause, summarize, Cause, Description, Difference, NodeDescription, Signature,
 };

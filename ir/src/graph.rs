@@ -2,7 +2,7 @@
 //! each with a structural hash computed when it is appended.
 
 use crate::{infer, DType, InferError, Op, Shape};
-use petgraph::graph::{DiGraph, NodeIndex};
+use petgraph::graph::NodeIndex;
 use smallvec::SmallVec;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::panic::Location;
@@ -25,7 +25,9 @@ pub struct Node {
     /// Inferred result dtype.
     pub dtype: DType,
     /// Structural hash of the op, its attributes, its operands' hashes, shape
-    /// and dtype. Never depends on tensor identity, node ids or addresses.
+    /// and dtype. Never depends on tensor identity, node ids or addresses,
+    /// nor on the value of a liftable scalar ([`Op::is_liftable_scalar`]):
+    /// that value is a region parameter, so it changes no code.
     pub hash: u64,
     /// The user source line that recorded this node (for errors and dumps).
     pub origin: &'static Location<'static>,
@@ -42,22 +44,37 @@ pub fn stable_hasher() -> ahash::AHasher {
     .build_hasher()
 }
 
-/// The structural hash of a node from its parts.
+/// The structural hash of a node from its parts (a liftable scalar's value
+/// left out: see [`Node::hash`]).
 pub fn node_hash(op: &Op, input_hashes: &[u64], shape: &Shape, dtype: DType) -> u64 {
     let mut h = stable_hasher();
-    op.hash(&mut h);
+    if op.is_liftable_scalar() {
+        LIFTED_SCALAR.hash(&mut h);
+    } else {
+        op.hash(&mut h);
+    }
     input_hashes.hash(&mut h);
     shape.hash(&mut h);
     dtype.hash(&mut h);
     h.finish()
 }
 
+/// Stands in for a liftable scalar's op in structural hashes.
+const LIFTED_SCALAR: u64 = 0x6c69_6674_6564_5f73;
+
+/// Odd multiplier of the rolling structure hash (from the golden ratio).
+const ROLL: u64 = 0x9E37_79B9_7F4A_7C15;
+
 /// An append-only DAG. Nodes are appended after their operands, so index
-/// order is a topological order; petgraph edges (operand position as weight)
-/// give planners the users of each node.
+/// order is a topological order. A plain vector: appending is on the
+/// recording hot path, so no edge lists are kept (a node's operands are in
+/// the node; [`Graph::users`] scans).
 #[derive(Clone, Debug, Default)]
 pub struct Graph {
-    g: DiGraph<Node, u8, u32>,
+    g: Vec<Node>,
+    /// Rolling hash of every node's structural hash and operand indices, in
+    /// append order: see [`Graph::structure`].
+    structure: u64,
 }
 
 impl Graph {
@@ -77,7 +94,7 @@ impl Graph {
         for &i in inputs {
             let n = self
                 .g
-                .node_weight(i)
+                .get(i.index())
                 .ok_or_else(|| InferError(format!("unknown operand {i:?}")))?;
             operands.push((&n.shape, n.dtype));
         }
@@ -98,14 +115,20 @@ impl Graph {
         let mut hashes = [0u64; 3];
         let hash = if inputs.len() <= 3 {
             for (h, &i) in hashes.iter_mut().zip(inputs) {
-                *h = self.g[i].hash;
+                *h = self.g[i.index()].hash;
             }
             node_hash(&op, &hashes[..inputs.len()], &shape, dtype)
         } else {
-            let all: Vec<u64> = inputs.iter().map(|&i| self.g[i].hash).collect();
+            let all: Vec<u64> = inputs.iter().map(|&i| self.g[i.index()].hash).collect();
             node_hash(&op, &all, &shape, dtype)
         };
-        let id = self.g.add_node(Node {
+        let id = NodeId::new(self.g.len());
+        let mut roll = (self.structure.rotate_left(23) ^ hash).wrapping_mul(ROLL);
+        for &i in inputs {
+            roll = (roll.rotate_left(17) ^ i.index() as u64).wrapping_mul(ROLL);
+        }
+        self.structure = roll;
+        self.g.push(Node {
             op,
             inputs: Inputs::from_slice(inputs),
             shape,
@@ -113,44 +136,63 @@ impl Graph {
             hash,
             origin,
         });
-        for (pos, &i) in inputs.iter().enumerate() {
-            self.g.add_edge(i, id, pos as u8);
-        }
         id
+    }
+
+    /// A hash of the whole graph's structure: every node's structural hash
+    /// and its wiring (operand node indices), in order. Two graphs with equal
+    /// length and structure differ at most in liftable scalar values, so
+    /// everything a planner decides from structure carries over from one to
+    /// the other (the way a jit cache replays a trace). Kept up to date as
+    /// nodes are appended, so asking costs nothing.
+    pub fn structure(&self) -> u64 {
+        self.structure
     }
 
     /// The node with this id.
     pub fn node(&self, id: NodeId) -> &Node {
-        &self.g[id]
+        &self.g[id.index()]
+    }
+
+    /// Every node, in topological (append) order.
+    pub fn nodes(&self) -> &[Node] {
+        &self.g
     }
 
     /// Number of nodes.
     pub fn len(&self) -> usize {
-        self.g.node_count()
+        self.g.len()
     }
 
     /// True when nothing has been recorded.
     pub fn is_empty(&self) -> bool {
-        self.g.node_count() == 0
+        self.g.is_empty()
     }
 
     /// All node ids in topological (append) order.
     pub fn ids(&self) -> impl DoubleEndedIterator<Item = NodeId> + ExactSizeIterator {
-        self.g.node_indices()
+        (0..self.g.len()).map(NodeId::new)
     }
 
-    /// Nodes that use `id` as an operand (each once per use).
+    /// Nodes that use `id` as an operand (each once per use), in order. A
+    /// scan of the nodes after `id`: for tools, not for hot paths.
     pub fn users(&self, id: NodeId) -> impl Iterator<Item = NodeId> + '_ {
-        self.g.neighbors_directed(id, petgraph::Direction::Outgoing)
-    }
-
-    /// The underlying petgraph graph, for algorithms.
-    pub fn petgraph(&self) -> &DiGraph<Node, u8, u32> {
-        &self.g
+        let after = id.index() + 1;
+        self.g[after.min(self.g.len())..]
+            .iter()
+            .enumerate()
+            .flat_map(move |(k, n)| {
+                let user = NodeId::new(after + k);
+                n.inputs
+                    .iter()
+                    .filter(move |&&i| i == id)
+                    .map(move |_| user)
+            })
     }
 
     /// Removes every node (start of a new recording generation).
     pub fn clear(&mut self) {
         self.g.clear();
+        self.structure = 0;
     }
 }

@@ -54,6 +54,7 @@ impl ThreadGraph {
             return None;
         }
         metrics::flush(reason);
+        g.count_recorded();
         let graph = std::mem::take(&mut g.graph);
         let owners = std::mem::take(&mut g.owners);
         let inputs = std::mem::take(&mut g.inputs);

@@ -42,6 +42,23 @@ pub(super) struct GraphState {
     pub inputs: Vec<(NodeId, Input)>,
     /// Fusion mode the pending ops were recorded under.
     pub fuse: bool,
+    /// Ops recorded since the count was last added to the metrics (counted
+    /// here, under the lock recording holds anyway, instead of in a shared
+    /// atomic per op).
+    pub recorded: u64,
+}
+
+impl GraphState {
+    /// Adds the ops recorded since the last call to the metrics.
+    pub(super) fn count_recorded(&mut self) {
+        metrics::add(&C.ops_recorded, std::mem::take(&mut self.recorded));
+    }
+}
+
+impl Drop for GraphState {
+    fn drop(&mut self) {
+        self.count_recorded();
+    }
 }
 
 thread_local! {
@@ -148,9 +165,9 @@ pub(crate) fn record(
         }
         g.owners[idx] = Arc::downgrade(&inner);
         g.fuse = fuse;
+        g.recorded += 1;
         let cap = g.graph.len() >= crate::config::max_pending_ops();
         drop(g);
-        metrics::add(&C.ops_recorded, 1);
         metrics::record_end(t_record);
         if eager_flush {
             tg.flush(FlushReason::Eager);
@@ -203,7 +220,7 @@ impl GraphState {
                     shape: shape.clone(),
                     dtype,
                 };
-                metrics::add(&C.ops_recorded, 1);
+                self.recorded += 1;
                 return self.graph.push_inferred(op, &[], shape, dtype, origin);
             }
             Resolved::Buffer(b) => (
