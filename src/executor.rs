@@ -385,31 +385,37 @@ fn run_region(
 ) -> Result<(Vec<Arc<DeviceBuffer>>, Option<crate::backend::Completion>)> {
     let _span =
         tracing::debug_span!("region", key = %region.key, nodes = region.nodes.len()).entered();
-    let mut lifted: SmallVec<[Arc<DeviceBuffer>; 4]> = SmallVec::new();
-    for &p in &region.params {
-        if values.get(p).is_none() {
-            // A lifted host scalar: a parameter, so its value is not in the key.
-            if let Op::Constant { value, dtype, .. } = graph.node(p).op {
-                lifted.push(rt.scalar(value, dtype, ordinal)?);
+    // Buffer parameters in order, then one buffer per scalar pack (the
+    // lifted scalars' values are read from this graph: a replayed plan and
+    // a cached executable serve every value).
+    let packs = region.scalar_packs(graph);
+    let mut packed: SmallVec<[Arc<DeviceBuffer>; 2]> = SmallVec::new();
+    for pack in &packs {
+        let mut values: SmallVec<[lazyfuse_ir::Literal; 8]> = SmallVec::new();
+        for &k in &pack.params {
+            match graph.node(region.params[k]).op {
+                Op::Constant { value, .. } => values.push(value),
+                _ => return Err(Error::internal("a lifted parameter is not a constant")),
+            }
+        }
+        packed.push(rt.scalar_pack(&values, pack.dtype, ordinal)?);
+    }
+    let mut args: SmallVec<[&DeviceBuffer; 8]> = SmallVec::new();
+    for (k, &p) in region.params.iter().enumerate() {
+        if region.is_lifted(k) {
+            continue;
+        }
+        match values.get(p) {
+            Some(r) => args.push(r?),
+            None => {
+                return Err(Error::internal(format!(
+                    "parameter {} has no value",
+                    p.index()
+                )))
             }
         }
     }
-    let mut lifted_iter = lifted.iter();
-    let mut args: SmallVec<[&DeviceBuffer; 8]> = SmallVec::new();
-    for &p in &region.params {
-        match values.get(p) {
-            Some(r) => args.push(r?),
-            None => match lifted_iter.next() {
-                Some(b) => args.push(b),
-                None => {
-                    return Err(Error::internal(format!(
-                        "parameter {} has no value",
-                        p.index()
-                    )))
-                }
-            },
-        }
-    }
+    args.extend(packed.iter().map(|b| &**b));
     let describe = |stage: &'static str, e: Error| region_error(graph, region, stage, e.message());
     let exe = rt
         .compile_or_fetch(graph, region, || crate::explain::on_compile(graph, region))
@@ -424,7 +430,11 @@ fn run_region(
             (n.shape.clone(), n.dtype)
         })
         .collect();
-    let donate: SmallVec<[usize; 4]> = region.aliases.iter().map(|&(k, _)| k).collect();
+    let donate: SmallVec<[usize; 4]> = region
+        .aliases
+        .iter()
+        .map(|&(k, _)| region.arg_of(k))
+        .collect();
     rt.launch(&exe, &args, &donate, ordinal, &outs)
         .map_err(|e| describe("execution", e))
 }

@@ -35,8 +35,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime};
 
-/// Bumped whenever the entry layout or the identity recipe changes.
-pub const FORMAT_VERSION: u32 = 1;
+/// Bumped whenever the entry layout, the identity recipe or the calling
+/// convention of executables changes (2: lifted scalars arrive packed).
+pub const FORMAT_VERSION: u32 = 2;
 const MAGIC: &[u8; 8] = b"LZFXEXE\0";
 /// magic, version, entry key, payload length, checksum.
 const HEADER_LEN: usize = 8 + 4 + 16 + 8 + 8;

@@ -14,6 +14,7 @@ use crate::{Error, Result};
 use lazyfuse_fusion::{Region, RegionKey};
 use lazyfuse_ir::{DType, Graph, HostTensor, Literal, Shape};
 use parking_lot::Mutex;
+use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 use std::path::{Path, PathBuf};
@@ -63,12 +64,15 @@ pub(crate) type Executable = Arc<RawExecutable>;
 
 type Slot = Arc<Mutex<Option<Executable>>>;
 
-type ScalarCache =
-    HashMap<(Literal, DType, usize), Arc<DeviceBuffer>, BuildHasherDefault<ahash::AHasher>>;
+type ScalarCache = HashMap<
+    (SmallVec<[Literal; 8]>, DType, usize),
+    Arc<DeviceBuffer>,
+    BuildHasherDefault<ahash::AHasher>,
+>;
 
-/// Bound on cached scalar buffers (cleared when exceeded: values like a
+/// Bound on cached scalar packs (cleared when exceeded: values like a
 /// per-step bias correction would otherwise accumulate forever).
-const MAX_CACHED_SCALARS: usize = 4096;
+const MAX_CACHED_PACKS: usize = 1024;
 
 static NEXT_ID: AtomicU32 = AtomicU32::new(1);
 
@@ -80,7 +84,7 @@ pub struct Runtime {
     /// The plugin this runtime was loaded from (`None` for the interpreter).
     plugin_path: Option<PathBuf>,
     cache: Mutex<HashMap<RegionKey, Slot>>,
-    /// Uploaded lifted scalars by (bits, dtype, device): a loop reuses its
+    /// Uploaded scalar packs by (values, dtype, device): a loop reuses its
     /// learning rate's buffer instead of transferring it every step.
     scalars: Mutex<ScalarCache>,
 }
@@ -135,29 +139,41 @@ impl Runtime {
         Ok(DeviceBuffer::new(raw, host.shape.clone(), host.dtype))
     }
 
-    /// A device buffer holding the rank-0 `value` of `dtype` (cached).
-    pub fn scalar(
+    /// A device buffer holding `values` as a rank-1 array of `dtype`: a
+    /// region's lifted scalars of one dtype (cached by content, so a loop
+    /// whose scalars repeat transfers nothing, and the regions of one step
+    /// that share their scalars share one transfer).
+    pub fn scalar_pack(
         &self,
-        value: Literal,
+        values: &[Literal],
         dtype: DType,
         ordinal: usize,
     ) -> Result<Arc<DeviceBuffer>> {
-        let key = (value, dtype, ordinal);
+        let key = (SmallVec::from_slice(values), dtype, ordinal);
         if let Some(b) = self.scalars.lock().get(&key) {
             return Ok(b.clone());
         }
-        let host = lazyfuse_ir::interp::eval_op(
-            &lazyfuse_ir::Op::Constant {
-                value,
-                shape: Shape::scalar(),
-                dtype,
-            },
-            &[],
-        )
-        .map_err(|e| Error::internal(format!("invalid lifted scalar: {e}")))?;
+        let mut bytes = Vec::with_capacity(values.len() * dtype.size_in_bytes());
+        for &value in values {
+            let one = lazyfuse_ir::interp::eval_op(
+                &lazyfuse_ir::Op::Constant {
+                    value,
+                    shape: Shape::scalar(),
+                    dtype,
+                },
+                &[],
+            )
+            .map_err(|e| Error::internal(format!("invalid lifted scalar: {e}")))?;
+            bytes.extend_from_slice(&one.bytes);
+        }
+        let host = HostTensor {
+            shape: Shape::new(&[values.len()]),
+            dtype,
+            bytes,
+        };
         let b = self.upload(&host, ordinal)?;
         let mut map = self.scalars.lock();
-        if map.len() >= MAX_CACHED_SCALARS {
+        if map.len() >= MAX_CACHED_PACKS {
             map.clear();
         }
         map.insert(key, b.clone());

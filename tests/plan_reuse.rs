@@ -1,7 +1,9 @@
-//! Plan reuse: a flush whose graph has the structure of an earlier one
-//! replays that flush's plan. The replayed plan must read this flush's
-//! scalar values, and a change of shape, wiring or wanted values must plan
-//! afresh. Every test takes `metrics_lock` (it asserts on process-wide deltas).
+//! Plan reuse and packed scalars: a flush whose graph has the structure of
+//! an earlier one replays that flush's plan, and a launch passes a region's
+//! lifted scalars packed per dtype. The replayed plan must read this
+//! flush's scalar values, a change of shape, wiring or wanted values must
+//! plan afresh, and packing must keep donation and mixed dtypes right.
+//! Every test takes `metrics_lock` (it asserts on process-wide deltas).
 
 mod common;
 use common::{dev, metrics_lock};
@@ -11,6 +13,7 @@ use lazyfuse::{FusionGuard, Tensor};
 test_device!(
     a_loop_replays_its_plan_with_new_scalars,
     other_shapes_and_wiring_plan_afresh,
+    scalars_of_two_dtypes_and_a_donated_buffer,
 );
 
 fn host(t: &Tensor) -> Vec<f32> {
@@ -81,4 +84,41 @@ fn other_shapes_and_wiring_plan_afresh() {
             }
         }
     }
+}
+
+/// A region reading f32 and i32 scalars interleaved with buffer
+/// parameters, one of them donated (the step's old value dies): the packs
+/// and the donated argument's position must line up, step after step.
+fn scalars_of_two_dtypes_and_a_donated_buffer() {
+    let _l = metrics_lock();
+    let _f = FusionGuard::new(true);
+    let d = dev();
+    let a0: Vec<f32> = (0..12).map(|i| i as f32 - 6.0).collect();
+    let k: Vec<i32> = (0..12).map(|i| i * 3 - 7).collect();
+    let kt = Tensor::from_slice(&k, &[3, 4], &d).unwrap();
+    let mut a = Tensor::from_slice(&a0, &[3, 4], &d).unwrap();
+    let mut ea = a0.clone();
+    let donated = snapshot().buffers_donated;
+    for step in 1..=4 {
+        let s = 0.5 + step as f64;
+        let j = 2 + step as i64;
+        // f32 scalar, i32 scalar, f32 scalar, with the old `a` dying.
+        let ki = kt.mul_scalar(j as f64).unwrap().add_scalar(3.0).unwrap();
+        a = a
+            .mul_scalar(s)
+            .unwrap()
+            .add(&ki.to_dtype(lazyfuse::DType::F32).unwrap())
+            .unwrap()
+            .sub_scalar(0.25 * s)
+            .unwrap();
+        a.realize().unwrap();
+        for (e, &ki) in ea.iter_mut().zip(&k) {
+            *e = *e * s as f32 + (ki * j as i32 + 3) as f32 - (0.25 * s) as f32;
+        }
+        assert_eq!(host(&a), ea, "step {step}");
+    }
+    assert!(
+        snapshot().buffers_donated > donated,
+        "the old value was donated"
+    );
 }

@@ -38,6 +38,7 @@ pub(crate) fn region_key(
     nodes: &[NodeId],
     outputs: &[NodeId],
     aliases: &[(usize, usize)],
+    lifted: &[usize],
     local: impl Fn(NodeId) -> usize,
 ) -> RegionKey {
     let (mut a, mut b) = hashers();
@@ -76,6 +77,7 @@ pub(crate) fn region_key(
         feed(&mut |h| local(o).hash(h));
     }
     feed(&mut |h| aliases.hash(h));
+    feed(&mut |h| lifted.hash(h));
     RegionKey(((a.finish() as u128) << 64) | b.finish() as u128)
 }
 

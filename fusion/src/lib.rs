@@ -24,7 +24,7 @@ mod reuse;
 mod signature;
 
 pub use key::RegionKey;
-pub use plan::{plan, plan_with_donation, Plan, PlanOptions, Region};
+pub use plan::{plan, plan_with_donation, Plan, PlanOptions, Region, ScalarPack};
 pub use repeat::{find_repeats, Repeat, RepeatOptions};
 pub use reuse::PlanCache;
 pub use signature::{

@@ -2,7 +2,7 @@
 
 use crate::key::{region_key, RegionKey};
 use crate::repeat::{find_repeats, RepeatOptions};
-use lazyfuse_ir::{Graph, NodeId, Op};
+use lazyfuse_ir::{DType, Graph, NodeId, Op};
 use std::fmt::Write;
 
 /// Knobs of the planner. Deterministic inputs only.
@@ -45,8 +45,53 @@ pub struct Region {
     /// buffer dies in this region (no live tensor holds it, no later region
     /// reads it), so XLA may write the output of the same type into it.
     pub aliases: Vec<(usize, usize)>,
+    /// Indices into `params` of lifted host scalars, ascending. They are not
+    /// passed one buffer each: a launch packs them, per dtype, into one
+    /// rank-1 buffer ([`Region::scalar_packs`]), so a region with 90
+    /// scalars (an optimizer step) takes a handful of arguments, not 90.
+    pub lifted: Vec<usize>,
     /// Canonical compile-cache key (donation included: it changes the executable).
     pub key: RegionKey,
+}
+
+/// The lifted scalars of one dtype, passed as one rank-1 buffer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScalarPack {
+    /// Their dtype.
+    pub dtype: DType,
+    /// Indices into the region's `params`, in buffer order.
+    pub params: Vec<usize>,
+}
+
+impl Region {
+    /// The lifted scalars packed per dtype, dtypes in order of first use.
+    /// A launch passes the buffer parameters (`params` minus `lifted`, in
+    /// order), then one buffer per pack.
+    pub fn scalar_packs(&self, graph: &Graph) -> Vec<ScalarPack> {
+        let mut packs: Vec<ScalarPack> = Vec::new();
+        for &k in &self.lifted {
+            let dtype = graph.node(self.params[k]).dtype;
+            match packs.iter_mut().find(|p| p.dtype == dtype) {
+                Some(p) => p.params.push(k),
+                None => packs.push(ScalarPack {
+                    dtype,
+                    params: vec![k],
+                }),
+            }
+        }
+        packs
+    }
+
+    /// True when parameter `k` is a lifted scalar (passed in a pack).
+    pub fn is_lifted(&self, k: usize) -> bool {
+        self.lifted.binary_search(&k).is_ok()
+    }
+
+    /// The argument position of buffer parameter `k` (its index among the
+    /// parameters that are not lifted).
+    pub fn arg_of(&self, k: usize) -> usize {
+        k - self.lifted.partition_point(|&l| l < k)
+    }
 }
 
 /// The planner's answer for one flush.
@@ -83,7 +128,8 @@ impl Plan {
             );
             for (i, &p) in region.params.iter().enumerate() {
                 let n = graph.node(p);
-                let _ = writeln!(s, "  p{i}: {}{}", n.dtype, n.shape);
+                let lifted = if region.is_lifted(i) { " (lifted)" } else { "" };
+                let _ = writeln!(s, "  p{i}: {}{}{lifted}", n.dtype, n.shape);
             }
             for (i, &id) in region.nodes.iter().enumerate() {
                 let n = graph.node(id);
@@ -270,7 +316,10 @@ fn build_regions(
         for (k, &p) in params.iter().chain(nodes.iter()).enumerate() {
             local[p.index()] = k;
         }
-        let key = region_key(graph, &params, &nodes, &outputs, &[], |id| {
+        let lifted: Vec<usize> = (0..params.len())
+            .filter(|&k| group[params[k].index()] == LIFTED)
+            .collect();
+        let key = region_key(graph, &params, &nodes, &outputs, &[], &lifted, |id| {
             local[id.index()]
         });
         regions.push(Region {
@@ -278,6 +327,7 @@ fn build_regions(
             nodes,
             outputs,
             aliases: Vec::new(),
+            lifted,
             key,
         });
     }
@@ -336,6 +386,7 @@ fn donate(
                 &region.nodes,
                 &region.outputs,
                 &region.aliases,
+                &region.lifted,
                 |id| local[id.index()],
             );
         }
@@ -392,4 +443,57 @@ fn cut(graph: &Graph, seq: &[NodeId], opts: &PlanOptions) -> Vec<Vec<NodeId>> {
     }
     pack(&seq[at..], &mut groups);
     groups
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lazyfuse_ir::{Literal, Shape};
+
+    fn region(params: usize, lifted: &[usize]) -> Region {
+        Region {
+            params: (0..params).map(NodeId::new).collect(),
+            nodes: Vec::new(),
+            outputs: Vec::new(),
+            aliases: Vec::new(),
+            lifted: lifted.to_vec(),
+            key: RegionKey(0),
+        }
+    }
+
+    #[test]
+    fn buffer_parameters_keep_their_order_around_lifted_ones() {
+        let r = region(6, &[1, 2, 4]);
+        let args: Vec<usize> = [0, 3, 5].iter().map(|&k| r.arg_of(k)).collect();
+        assert_eq!(args, [0, 1, 2]);
+        assert!(r.is_lifted(4) && !r.is_lifted(3));
+    }
+
+    #[test]
+    fn packs_group_scalars_by_dtype_in_order_of_first_use() {
+        let here = std::panic::Location::caller();
+        let mut g = Graph::new();
+        for (v, d) in [(0.5, DType::F32), (3.0, DType::I32), (2.5, DType::F32)] {
+            let op = Op::Constant {
+                value: Literal::Float(v),
+                shape: Shape::scalar(),
+                dtype: d,
+            };
+            g.push(op, &[], here).unwrap();
+        }
+        let packs = region(3, &[0, 1, 2]).scalar_packs(&g);
+        assert_eq!(
+            packs,
+            [
+                ScalarPack {
+                    dtype: DType::F32,
+                    params: vec![0, 2]
+                },
+                ScalarPack {
+                    dtype: DType::I32,
+                    params: vec![1]
+                }
+            ]
+        );
+    }
 }

@@ -16,7 +16,8 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 /// A region as a standalone graph: `params[i]` is the input node of the
-/// region's parameter `i`, `outputs[j]` the node of its output `j`.
+/// executable's argument `i` (buffer parameters, then scalar packs),
+/// `outputs[j]` the node of its output `j`.
 pub(crate) struct Program {
     graph: Graph,
     params: Vec<NodeId>,
@@ -29,8 +30,13 @@ impl Program {
         let mut g = Graph::new();
         let mut map: HashMap<NodeId, NodeId> = HashMap::new();
         let bad = |e: lazyfuse_ir::InferError| Error::internal(format!("extracting a region: {e}"));
+        // Buffer parameters, then one rank-1 input per scalar pack, each of
+        // its scalars a slice of it (the argument order XLA's module has).
         let mut params = Vec::with_capacity(region.params.len());
-        for &p in &region.params {
+        for (k, &p) in region.params.iter().enumerate() {
+            if region.is_lifted(k) {
+                continue;
+            }
             let n = graph.node(p);
             let op = Op::Input {
                 shape: n.shape.clone(),
@@ -39,6 +45,29 @@ impl Program {
             let id = g.push(op, &[], n.origin).map_err(bad)?;
             map.insert(p, id);
             params.push(id);
+        }
+        for pack in region.scalar_packs(graph) {
+            let first = graph.node(region.params[pack.params[0]]).origin;
+            let op = Op::Input {
+                shape: Shape::new(&[pack.params.len()]),
+                dtype: pack.dtype,
+            };
+            let packed = g.push(op, &[], first).map_err(bad)?;
+            params.push(packed);
+            for (slot, &k) in pack.params.iter().enumerate() {
+                let p = region.params[k];
+                let origin = graph.node(p).origin;
+                let one = Op::Slice {
+                    axis: 0,
+                    start: slot,
+                    len: 1,
+                };
+                let s = g.push(one, &[packed], origin).map_err(bad)?;
+                let v = g
+                    .push(Op::Reshape(Shape::scalar()), &[s], origin)
+                    .map_err(bad)?;
+                map.insert(p, v);
+            }
         }
         for &id in &region.nodes {
             let n = graph.node(id);

@@ -172,6 +172,25 @@ impl<'g> Emitter<'g> {
         )
     }
 
+    /// Element `slot` of the rank-1 pack `v` of `n` scalars, as a scalar.
+    pub fn unpack(&mut self, v: &str, n: usize, slot: usize, dtype: DType) -> String {
+        let packed = Shape::new(&[n]);
+        let one = Shape::new(&[1]);
+        let attr = format!(
+            "start_indices = {}, limit_indices = {}, strides = {}",
+            i64_array([slot]),
+            i64_array([slot + 1]),
+            i64_array([1])
+        );
+        let s = self.op(
+            "stablehlo.slice",
+            &[(v, ty(&packed, dtype))],
+            &attr,
+            &ty(&one, dtype),
+        );
+        self.reshape(&s, &one, &Shape::scalar(), dtype)
+    }
+
     /// Reshape.
     pub fn reshape(&mut self, v: &str, from: &Shape, to: &Shape, dtype: DType) -> String {
         if from == to {

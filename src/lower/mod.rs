@@ -17,24 +17,39 @@ use lazyfuse_fusion::Region;
 use lazyfuse_ir::Graph;
 
 /// Lowers `region` of `graph` to a StableHLO module with one public `@main`.
+///
+/// `@main` takes the buffer parameters (`%arg<i>`, `i` the parameter's
+/// index), then one rank-1 argument per scalar pack (`%pack<j>`), each
+/// lifted scalar being a slice of its pack (see [`Region::scalar_packs`]).
 pub fn lower_region(graph: &Graph, region: &Region) -> String {
     let mut e = Emitter::new(graph);
-    let params: Vec<String> = region
-        .params
-        .iter()
-        .enumerate()
-        .map(|(i, &p)| {
-            let n = graph.node(p);
-            let name = format!("%arg{i}");
-            e.bind(p, name.clone());
-            // A donated parameter: XLA may write this output into its buffer.
-            let alias = match region.aliases.iter().find(|(k, _)| *k == i) {
-                Some((_, j)) => format!(" {{tf.aliasing_output = {j} : i32}}"),
-                None => String::new(),
-            };
-            format!("{name}: {}{alias}", emit::ty(&n.shape, n.dtype))
-        })
-        .collect();
+    let mut params: Vec<String> = Vec::with_capacity(region.params.len());
+    for (i, &p) in region.params.iter().enumerate() {
+        if region.is_lifted(i) {
+            continue;
+        }
+        let n = graph.node(p);
+        let name = format!("%arg{i}");
+        e.bind(p, name.clone());
+        // A donated parameter: XLA may write this output into its buffer.
+        let alias = match region.aliases.iter().find(|(k, _)| *k == i) {
+            Some((_, j)) => format!(" {{tf.aliasing_output = {j} : i32}}"),
+            None => String::new(),
+        };
+        params.push(format!("{name}: {}{alias}", emit::ty(&n.shape, n.dtype)));
+    }
+    for (j, pack) in region.scalar_packs(graph).iter().enumerate() {
+        let name = format!("%pack{j}");
+        let n = pack.params.len();
+        let packed = lazyfuse_ir::Shape::new(&[n]);
+        params.push(format!("{name}: {}", emit::ty(&packed, pack.dtype)));
+        for (slot, &k) in pack.params.iter().enumerate() {
+            let p = region.params[k];
+            e.set_loc("constant", graph.node(p).origin);
+            let v = e.unpack(&name, n, slot, pack.dtype);
+            e.bind(p, v);
+        }
+    }
     let results: Vec<String> = region
         .outputs
         .iter()
