@@ -12,13 +12,36 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-/// Where tensors live and run. Cheap to clone; devices from the same plugin
-/// share one client and one compile cache.
+/// Where tensors live and run. Cheap to clone (one reference count: every
+/// recorded tensor holds its device); devices from the same plugin share
+/// one client and one compile cache.
 #[derive(Clone)]
-pub struct Device {
+pub struct Device(Arc<DeviceParts>);
+
+/// What a [`Device`] handle names (crate-private fields: reached through
+/// the handle's `Deref` inside lazyfuse only).
+#[doc(hidden)]
+pub struct DeviceParts {
     pub(crate) rt: Arc<Runtime>,
     pub(crate) executor: Arc<Executor>,
     pub(crate) ordinal: usize,
+}
+
+impl std::ops::Deref for Device {
+    type Target = DeviceParts;
+    fn deref(&self) -> &DeviceParts {
+        &self.0
+    }
+}
+
+impl Device {
+    fn new(rt: Arc<Runtime>, executor: Arc<Executor>, ordinal: usize) -> Device {
+        Device(Arc::new(DeviceParts {
+            rt,
+            executor,
+            ordinal,
+        }))
+    }
 }
 
 /// A client and the worker running its graphs.
@@ -52,11 +75,7 @@ impl Device {
                 c
             }
         };
-        Ok(Device {
-            rt,
-            executor,
-            ordinal: 0,
-        })
+        Ok(Device::new(rt, executor, 0))
     }
 
     /// The reference-interpreter device: every op runs on `lazyfuse-ir`'s
@@ -70,11 +89,7 @@ impl Device {
         let (rt, executor) = I
             .get_or_init(|| (Runtime::interpreter(), Executor::new()))
             .clone();
-        Device {
-            rt,
-            executor,
-            ordinal: 0,
-        }
+        Device::new(rt, executor, 0)
     }
 
     /// True for [`Device::interpreter`].
@@ -95,11 +110,7 @@ impl Device {
                 "device ordinal {ordinal} out of range: the plugin has {n} addressable devices"
             )));
         }
-        Ok(Device {
-            rt: self.rt.clone(),
-            executor: self.executor.clone(),
-            ordinal,
-        })
+        Ok(Device::new(self.rt.clone(), self.executor.clone(), ordinal))
     }
 
     /// Number of addressable devices of this device's plugin.

@@ -83,6 +83,15 @@ impl Graph {
         Self::default()
     }
 
+    /// An empty graph with room for `nodes` nodes (a recorder that flushes
+    /// graphs of one size over and over never regrows its next one).
+    pub fn with_capacity(nodes: usize) -> Self {
+        Graph {
+            g: Vec::with_capacity(nodes),
+            structure: 0,
+        }
+    }
+
     /// Validates `op` on `inputs`, then appends it. Nothing is appended on error.
     pub fn push(
         &mut self,

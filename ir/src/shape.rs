@@ -5,8 +5,17 @@ use std::fmt;
 
 /// Dimension list of a tensor; rank 0 is a scalar. Stored inline up to rank 4,
 /// so recording an op on ordinary tensors allocates nothing for shapes.
-#[derive(Clone, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+#[derive(PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
 pub struct Shape(pub SmallVec<[usize; 4]>);
+
+impl Clone for Shape {
+    /// A copy of the dimensions (`from_slice` copies them in one go; the
+    /// derived clone extends element by element, on the recording hot path).
+    #[inline]
+    fn clone(&self) -> Self {
+        Shape(SmallVec::from_slice(&self.0))
+    }
+}
 
 impl Shape {
     /// Builds a shape from a dimension slice.

@@ -55,9 +55,12 @@ impl ThreadGraph {
         }
         metrics::flush(reason);
         g.count_recorded();
-        let graph = std::mem::take(&mut g.graph);
-        let owners = std::mem::take(&mut g.owners);
-        let inputs = std::mem::take(&mut g.inputs);
+        // The next generation starts with this one's room: a loop records
+        // graphs of one size, so its recording never regrows them.
+        let (n, m) = (g.graph.len(), g.inputs.len());
+        let graph = std::mem::replace(&mut g.graph, Graph::with_capacity(n));
+        let owners = std::mem::replace(&mut g.owners, Vec::with_capacity(n));
+        let inputs = std::mem::replace(&mut g.inputs, Vec::with_capacity(m));
         g.leaves.clear();
         g.gen += 1;
         let live: Vec<Live> = owners

@@ -65,20 +65,25 @@ thread_local! {
     static GRAPHS: RefCell<Vec<Arc<ThreadGraph>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// This thread's graph for `device`, created on first use.
-fn thread_graph(device: &Device) -> Arc<ThreadGraph> {
+/// Runs `f` on this thread's graph for `device`, created on first use.
+/// Borrowed from the thread's list rather than cloned: recording pays no
+/// reference count for finding its graph. (Nothing `f` may call creates a
+/// graph: creating one is the only mutable use of the list.)
+fn with_thread_graph<R>(device: &Device, f: impl FnOnce(&Arc<ThreadGraph>) -> R) -> R {
     GRAPHS.with(|c| {
-        let mut c = c.borrow_mut();
-        if let Some(x) = c.iter().find(|x| x.device.same_device(device)) {
-            return x.clone();
+        {
+            let list = c.borrow();
+            if let Some(x) = list.iter().find(|x| x.device.same_device(device)) {
+                return f(x);
+            }
         }
         let g = Arc::new(ThreadGraph {
             device: device.clone(),
             state: Mutex::new(GraphState::default()),
             predictor: Mutex::new(Predictor::default()),
         });
-        c.push(g.clone());
-        g
+        c.borrow_mut().push(g.clone());
+        f(&g)
     })
 }
 
@@ -91,7 +96,7 @@ pub(crate) fn sync_thread(reason: FlushReason) -> Vec<Arc<Latch>> {
 
 /// Number of nodes pending in this thread's graph for `device` (for tests and tools).
 pub fn pending_ops(device: &Device) -> usize {
-    thread_graph(device).state.lock().graph.len()
+    with_thread_graph(device, |g| g.state.lock().graph.len())
 }
 
 /// An operand as the lazy layer records it: a tensor's value, or a host
@@ -128,54 +133,61 @@ pub(crate) fn record(
 ) -> Result<Arc<TensorInner>> {
     let t_record = metrics::record_start();
     let _span = tracing::trace_span!("record", op = op.name()).entered();
-    let tg = thread_graph(device);
     let fuse = crate::config::fusion_enabled();
     let eager_flush = !fuse && !matches!(op, Op::Constant { .. });
-    loop {
-        let mut resolved: SmallVec<[Resolved; 3]> = SmallVec::new();
-        for a in inputs {
-            resolved.push(match a.operand() {
-                Ok(t) => resolve(t, &tg)?,
-                Err((l, d)) => Resolved::Scalar(l, d),
-            });
+    let (inner, flush) = with_thread_graph(device, |tg| -> Result<_> {
+        loop {
+            let mut resolved: SmallVec<[Resolved; 3]> = SmallVec::new();
+            for a in inputs {
+                resolved.push(match a.operand() {
+                    Ok(t) => resolve(t, tg)?,
+                    Err((l, d)) => Resolved::Scalar(l, d),
+                });
+            }
+            let mut g = tg.state.lock();
+            if resolved
+                .iter()
+                .any(|r| matches!(r, Resolved::Node(_, gen) if *gen != g.gen))
+            {
+                continue; // our graph was flushed meanwhile: inputs are materialised now
+            }
+            let mut ids: SmallVec<[NodeId; 3]> = SmallVec::new();
+            for r in resolved {
+                ids.push(g.node_for(r, origin));
+            }
+            let id = g
+                .graph
+                .push_inferred(op, &ids, shape.clone(), dtype, origin);
+            let state = TensorState::Pending {
+                graph: tg.clone(),
+                node: id,
+                gen: g.gen,
+            };
+            let inner = Arc::new(TensorInner::new(shape, dtype, device, state));
+            let idx = id.index();
+            if g.owners.len() <= idx {
+                g.owners.resize(idx + 1, Weak::new());
+            }
+            g.owners[idx] = Arc::downgrade(&inner);
+            g.fuse = fuse;
+            g.recorded += 1;
+            let cap = g.graph.len() >= crate::config::max_pending_ops();
+            drop(g);
+            let flush = if eager_flush {
+                Some((FlushReason::Eager, tg.clone()))
+            } else if cap {
+                Some((FlushReason::GraphCap, tg.clone()))
+            } else {
+                None
+            };
+            return Ok((inner, flush));
         }
-        let mut g = tg.state.lock();
-        if resolved
-            .iter()
-            .any(|r| matches!(r, Resolved::Node(_, gen) if *gen != g.gen))
-        {
-            continue; // our graph was flushed meanwhile: inputs are materialised now
-        }
-        let mut ids: SmallVec<[NodeId; 3]> = SmallVec::new();
-        for r in resolved {
-            ids.push(g.node_for(r, origin));
-        }
-        let id = g
-            .graph
-            .push_inferred(op, &ids, shape.clone(), dtype, origin);
-        let state = TensorState::Pending {
-            graph: tg.clone(),
-            node: id,
-            gen: g.gen,
-        };
-        let inner = Arc::new(TensorInner::new(shape, dtype, device, state));
-        let idx = id.index();
-        if g.owners.len() <= idx {
-            g.owners.resize(idx + 1, Weak::new());
-        }
-        g.owners[idx] = Arc::downgrade(&inner);
-        g.fuse = fuse;
-        g.recorded += 1;
-        let cap = g.graph.len() >= crate::config::max_pending_ops();
-        drop(g);
-        metrics::record_end(t_record);
-        if eager_flush {
-            tg.flush(FlushReason::Eager);
-        } else if cap {
-            tg.flush(FlushReason::GraphCap);
-        }
-        return Ok(inner);
+    })?;
+    metrics::record_end(t_record);
+    if let Some((reason, tg)) = flush {
+        tg.flush(reason);
     }
+    Ok(inner)
 }
 
 /// What an input value is from `tg`'s point of view, flushing other
