@@ -4,9 +4,13 @@
 //!
 //! ```text
 //! cargo run --release --example workloads -- [--fusion on|off|both] [--json PATH]
-//!     [--iters N] [--warmup N] [--peers PYTHON] [--peer-systems torch,xla,jaxjit,jaxeager] [NAME...]
+//!     [--chart PATH.png] [--iters N] [--warmup N] [--peers PYTHON]
+//!     [--peer-systems torch,xla,jaxjit,jaxeager] [NAME...]
 //! ```
+//!
+//! `--chart` also draws the ratios as a PNG bar chart (see `chart.rs`).
 
+mod chart;
 mod defs;
 
 use lazyfuse::{metrics, Device, FusionGuard};
@@ -16,6 +20,7 @@ use std::time::Instant;
 struct Args {
     fusion: Vec<bool>,
     json: Option<String>,
+    chart: Option<std::path::PathBuf>,
     iters: usize,
     warmup: usize,
     peers: Option<String>,
@@ -27,6 +32,7 @@ fn parse_args() -> Result<Args, String> {
     let mut a = Args {
         fusion: vec![true, false],
         json: None,
+        chart: None,
         iters: 20,
         warmup: 3,
         peers: None,
@@ -46,6 +52,7 @@ fn parse_args() -> Result<Args, String> {
                 }
             }
             "--json" => a.json = Some(val("--json")?),
+            "--chart" => a.chart = Some(val("--chart")?.into()),
             "--iters" => {
                 a.iters = val("--iters")?
                     .parse()
@@ -165,10 +172,14 @@ fn main() {
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("{e}\nusage: workloads [--fusion on|off|both] [--json PATH] [--iters N] [--warmup N] [--peers PYTHON] [--peer-systems LIST] [NAME...]");
+            eprintln!("{e}\nusage: workloads [--fusion on|off|both] [--json PATH] [--chart PATH.png] [--iters N] [--warmup N] [--peers PYTHON] [--peer-systems LIST] [NAME...]");
             std::process::exit(2);
         }
     };
+    if let Some(Err(e)) = args.chart.as_deref().map(chart::check_path) {
+        eprintln!("{e}");
+        std::process::exit(2);
+    }
     let dev = Device::cpu().unwrap_or_else(|e| panic!("no device: {e}"));
     let all = defs::all();
     let names: Vec<String> = if args.names.is_empty() {
@@ -243,6 +254,20 @@ fn main() {
             .collect();
         std::fs::write(path, format!("[\n{}\n]\n", body.join(",\n")))
             .unwrap_or_else(|e| panic!("writing {path}: {e}"));
+    }
+    if let Some(path) = &args.chart {
+        let figures: Vec<(&str, &str, f64)> = records
+            .iter()
+            .map(|r| (r.workload.as_str(), r.system.as_str(), r.median_ms))
+            .collect();
+        let data = chart::ChartData::from_figures(&figures, &names);
+        match chart::write_png(path, &data) {
+            Ok(()) => eprintln!("chart written to {}", path.display()),
+            Err(e) => {
+                eprintln!("cannot write chart {}: {e}", path.display());
+                std::process::exit(1);
+            }
+        }
     }
 }
 
