@@ -393,6 +393,19 @@ fn donate(
     }
 }
 
+/// How many of `count` independent copies share a region: the largest
+/// divisor of `count` from `max/2` to `max` (every region then shares one
+/// executable), else `max`, the last region taking what is left over (two
+/// executables, whatever the count: a prime count of parameters is not one
+/// region each).
+fn batch_size(count: usize, max: usize) -> usize {
+    let max = max.clamp(1, count.max(1));
+    (max.div_ceil(2)..=max)
+        .rev()
+        .find(|b| count.is_multiple_of(*b))
+        .unwrap_or(max)
+}
+
 /// Step 3, cut: cuts the computed sequence into groups: one node each without fusion;
 /// otherwise repeated blocks become one group per repetition and the rest is
 /// packed up to the cost cap, with stand-alone ops alone.
@@ -430,14 +443,14 @@ fn cut(graph: &Graph, seq: &[NodeId], opts: &PlanOptions) -> Vec<Vec<NodeId>> {
         let batch = if r.chained {
             1
         } else {
-            (1..=opts.repeat.max_batch.min(r.count))
-                .rev()
-                .find(|b| r.count.is_multiple_of(*b))
-                .unwrap_or(1)
+            batch_size(r.count, opts.repeat.max_batch)
         };
-        for k in (0..r.count).step_by(batch) {
+        let mut k = 0;
+        while k < r.count {
+            let take = batch.min(r.count - k);
             let s = r.start + k * r.len;
-            pack(&seq[s..s + batch * r.len], &mut groups);
+            pack(&seq[s..s + take * r.len], &mut groups);
+            k += take;
         }
         at = r.start + r.count * r.len;
     }

@@ -24,10 +24,11 @@ pub struct RepeatOptions {
     pub max_block: usize,
     /// Candidate periods examined per start position (bounds the cost).
     pub max_candidates: usize,
-    /// Independent copies run together in one region, up to this many: the
-    /// largest divisor of the copy count that fits, so every region of the run
-    /// still shares one executable while per-execution overhead is paid
-    /// count/batch times instead of count times.
+    /// Independent copies run together in one region, up to this many (a
+    /// divisor of the copy count from half of this up, else this many with
+    /// the rest in one more region), so the regions of a run share at most
+    /// two executables while per-execution overhead is paid count/batch
+    /// times instead of count times.
     pub max_batch: usize,
 }
 

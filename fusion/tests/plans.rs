@@ -143,19 +143,17 @@ fn adamw_over_200_params_is_200_runs_of_one_region() {
 }
 
 #[test]
-fn independent_copies_are_batched_by_the_largest_fitting_divisor() {
+fn independent_copies_are_batched_by_a_fitting_divisor_or_with_a_remainder() {
     // By default independent copies (no copy reads another) run several per
-    // region: the largest divisor of the count up to 16, so all regions of
-    // the run still share one executable.
-    for (n, regions) in [(200, 20), (48, 3), (37, 37), (7, 1)] {
+    // region: a divisor of the count from 8 to 16 when there is one (all
+    // regions share one executable), else 16 per region and the rest in one
+    // more (two executables: a prime count is not one region per copy).
+    for (n, regions, keys) in [(200, 20, 1), (48, 3, 1), (37, 3, 2), (7, 1, 1), (113, 8, 2)] {
         let (g, live) = adam_graph(n, 0.1, 0.001);
         let p = g.plan(&live);
         assert_eq!(p.regions.len(), regions, "{n} parameters");
-        let key = p.regions[0].key;
-        assert!(
-            p.regions.iter().all(|r| r.key == key),
-            "{n} parameters share one key"
-        );
+        let distinct: std::collections::BTreeSet<_> = p.regions.iter().map(|r| r.key).collect();
+        assert_eq!(distinct.len(), keys, "{n} parameters: distinct executables");
     }
 }
 
