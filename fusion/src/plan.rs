@@ -46,10 +46,15 @@ pub struct Region {
     /// reads it), so XLA may write the output of the same type into it.
     pub aliases: Vec<(usize, usize)>,
     /// Indices into `params` of lifted host scalars, ascending. They are not
-    /// passed one buffer each: a launch packs them, per dtype, into one
-    /// rank-1 buffer ([`Region::scalar_packs`]), so a region with 90
-    /// scalars (an optimizer step) takes a handful of arguments, not 90.
+    /// passed one buffer each: a launch packs them into rank-1 buffers
+    /// ([`Region::scalar_packs`]), so a region with 90 scalars (ten
+    /// optimizer updates) takes ten arguments for them, not 90.
     pub lifted: Vec<usize>,
+    /// The pack of each lifted scalar (with its dtype): the copy that uses
+    /// it, when the region batches repeated copies, else 0. Packing per copy
+    /// keeps the copies' code identical (each reads the same offsets of its
+    /// own pack), so XLA still compiles one kernel for all of them.
+    pub lifted_pack: Vec<u32>,
     /// Canonical compile-cache key (donation included: it changes the executable).
     pub key: RegionKey,
 }
@@ -64,22 +69,29 @@ pub struct ScalarPack {
 }
 
 impl Region {
-    /// The lifted scalars packed per dtype, dtypes in order of first use.
-    /// A launch passes the buffer parameters (`params` minus `lifted`, in
-    /// order), then one buffer per pack.
+    /// The lifted scalars packed per pack label ([`Region::lifted_pack`])
+    /// and dtype, packs in order of first use. A launch passes the buffer
+    /// parameters (`params` minus `lifted`, in order), then one buffer per
+    /// pack.
     pub fn scalar_packs(&self, graph: &Graph) -> Vec<ScalarPack> {
-        let mut packs: Vec<ScalarPack> = Vec::new();
-        for &k in &self.lifted {
+        let mut packs: Vec<(u32, ScalarPack)> = Vec::new();
+        for (&k, &label) in self.lifted.iter().zip(&self.lifted_pack) {
             let dtype = graph.node(self.params[k]).dtype;
-            match packs.iter_mut().find(|p| p.dtype == dtype) {
-                Some(p) => p.params.push(k),
-                None => packs.push(ScalarPack {
-                    dtype,
-                    params: vec![k],
-                }),
+            match packs
+                .iter_mut()
+                .find(|(l, p)| *l == label && p.dtype == dtype)
+            {
+                Some((_, p)) => p.params.push(k),
+                None => packs.push((
+                    label,
+                    ScalarPack {
+                        dtype,
+                        params: vec![k],
+                    },
+                )),
             }
         }
-        packs
+        packs.into_iter().map(|(_, p)| p).collect()
     }
 
     /// True when parameter `k` is a lifted scalar (passed in a pack).
@@ -191,11 +203,19 @@ pub fn plan_with_donation(
     }
     let needed = prune(graph, &is_live);
     let (mut group, seq) = classify(graph, &is_live, &needed);
-    let groups = cut(graph, &seq, opts);
+    let mut copy = vec![0u32; graph.len()];
+    let groups = cut(graph, &seq, opts, &mut copy);
     assign_groups(&mut group, &groups);
     let crosses = crossing_values(graph, &groups, &group);
     let mut local = vec![usize::MAX; graph.len()];
-    let mut regions = build_regions(graph, &groups, &group, &is_live, &crosses, &mut local);
+    let cx = RegionCx {
+        graph,
+        group: &group,
+        copy: &copy,
+        is_live: &is_live,
+        crosses: &crosses,
+    };
+    let mut regions = build_regions(&cx, &groups, &mut local);
     if opts.fuse {
         donate(graph, &mut regions, dying, &is_live, &mut local);
     }
@@ -270,14 +290,26 @@ fn crossing_values(graph: &Graph, groups: &[Vec<NodeId>], group: &[u32]) -> Vec<
 /// Step 5, build regions: per group, its nodes (inlined constants it uses
 /// joined in, in id order), params numbered by first use, outputs (live or
 /// crossing values) and key. `local` is scratch for region-local numbering.
-fn build_regions(
-    graph: &Graph,
-    groups: &[Vec<NodeId>],
-    group: &[u32],
-    is_live: &[bool],
-    crosses: &[bool],
-    local: &mut [usize],
-) -> Vec<Region> {
+/// What building regions reads about every node.
+struct RegionCx<'a> {
+    graph: &'a Graph,
+    /// Group of each node ([`UNASSIGNED`], [`INLINE`], [`LIFTED`] or a group).
+    group: &'a [u32],
+    /// Copy of each node within a batch of repeated copies (1-based; 0
+    /// outside batches): lifted scalars are packed per copy.
+    copy: &'a [u32],
+    is_live: &'a [bool],
+    crosses: &'a [bool],
+}
+
+fn build_regions(cx: &RegionCx<'_>, groups: &[Vec<NodeId>], local: &mut [usize]) -> Vec<Region> {
+    let RegionCx {
+        graph,
+        group,
+        copy,
+        is_live,
+        crosses,
+    } = *cx;
     let n = graph.len();
     let mut regions = Vec::with_capacity(groups.len());
     // Per-group membership stamps (group index + 1) keep building O(nodes).
@@ -299,11 +331,18 @@ fn build_regions(
             nodes.push(id);
         }
         nodes.sort_unstable();
-        // Params numbered by first use.
+        // Params numbered by first use; a lifted scalar goes to the pack of
+        // the copy that first uses it.
+        let mut lifted = Vec::new();
+        let mut lifted_pack = Vec::new();
         for &id in &nodes {
             for &i in &graph.node(id).inputs {
                 if in_region[i.index()] != stamp && is_param[i.index()] != stamp {
                     is_param[i.index()] = stamp;
+                    if group[i.index()] == LIFTED {
+                        lifted.push(params.len());
+                        lifted_pack.push(copy[id.index()]);
+                    }
                     params.push(i);
                 }
             }
@@ -316,18 +355,22 @@ fn build_regions(
         for (k, &p) in params.iter().chain(nodes.iter()).enumerate() {
             local[p.index()] = k;
         }
-        let lifted: Vec<usize> = (0..params.len())
-            .filter(|&k| group[params[k].index()] == LIFTED)
-            .collect();
-        let key = region_key(graph, &params, &nodes, &outputs, &[], &lifted, |id| {
-            local[id.index()]
-        });
+        let key = region_key(
+            graph,
+            &params,
+            &nodes,
+            &outputs,
+            &[],
+            (&lifted, &lifted_pack),
+            |id| local[id.index()],
+        );
         regions.push(Region {
             params,
             nodes,
             outputs,
             aliases: Vec::new(),
             lifted,
+            lifted_pack,
             key,
         });
     }
@@ -386,7 +429,7 @@ fn donate(
                 &region.nodes,
                 &region.outputs,
                 &region.aliases,
-                &region.lifted,
+                (&region.lifted, &region.lifted_pack),
                 |id| local[id.index()],
             );
         }
@@ -409,7 +452,7 @@ fn batch_size(count: usize, max: usize) -> usize {
 /// Step 3, cut: cuts the computed sequence into groups: one node each without fusion;
 /// otherwise repeated blocks become one group per repetition and the rest is
 /// packed up to the cost cap, with stand-alone ops alone.
-fn cut(graph: &Graph, seq: &[NodeId], opts: &PlanOptions) -> Vec<Vec<NodeId>> {
+fn cut(graph: &Graph, seq: &[NodeId], opts: &PlanOptions, copy: &mut [u32]) -> Vec<Vec<NodeId>> {
     if !opts.fuse {
         return seq.iter().map(|&id| vec![id]).collect();
     }
@@ -449,6 +492,11 @@ fn cut(graph: &Graph, seq: &[NodeId], opts: &PlanOptions) -> Vec<Vec<NodeId>> {
         while k < r.count {
             let take = batch.min(r.count - k);
             let s = r.start + k * r.len;
+            for c in 0..take {
+                for &id in &seq[s + c * r.len..s + (c + 1) * r.len] {
+                    copy[id.index()] = c as u32 + 1;
+                }
+            }
             pack(&seq[s..s + take * r.len], &mut groups);
             k += take;
         }
@@ -470,6 +518,7 @@ mod tests {
             outputs: Vec::new(),
             aliases: Vec::new(),
             lifted: lifted.to_vec(),
+            lifted_pack: vec![0; lifted.len()],
             key: RegionKey(0),
         }
     }

@@ -157,6 +157,25 @@ fn independent_copies_are_batched_by_a_fitting_divisor_or_with_a_remainder() {
     }
 }
 
+#[test]
+fn batched_copies_pack_their_scalars_one_pack_per_copy() {
+    // 20 regions of 10 updates: each update's lifted scalars are one pack,
+    // at the same offsets in every copy (so the copies' code is identical).
+    let (g, live) = adam_graph(200, 0.1, 0.001);
+    let p = g.plan(&live);
+    let r = &p.regions[0];
+    let packs = r.scalar_packs(g.graph());
+    assert_eq!(packs.len(), 10, "one pack per copy");
+    let per_copy = packs[0].params.len();
+    assert!(per_copy > 1);
+    assert!(packs.iter().all(|k| k.params.len() == per_copy));
+    assert_eq!(r.lifted.len(), 10 * per_copy);
+    // Unbatched, a region's scalars of one dtype are one pack.
+    let (g1, live1) = adam_graph(1, 0.1, 0.001);
+    let p1 = g1.plan(&live1);
+    assert_eq!(p1.regions[0].scalar_packs(g1.graph()).len(), 1);
+}
+
 /// A transformer-like block: layernorm, two matmuls with a residual.
 fn block(g: &mut GraphBuilder, x: NodeId, w1: NodeId, w2: NodeId) -> NodeId {
     let h = g.layer_norm(x, 1e-5);
