@@ -33,6 +33,9 @@ pub const MAX_PENDING_OPS: &str = "TPU_MAX_PENDING_OPS";
 pub const PLUGIN_CACHE: &str = "LAZYFUSE_CACHE";
 /// `LAZYFUSE_MALLOC_TUNING`: `0` keeps glibc's default mmap/trim thresholds.
 pub const MALLOC_TUNING: &str = "LAZYFUSE_MALLOC_TUNING";
+/// `1`: compile without fused multiply-add, so fused results equal unfused
+/// ones bit for bit (slower elementwise code; see the README's semantics).
+pub const STRICT_FP: &str = "LAZYFUSE_STRICT_FP";
 /// glibc's own variables: when the user set either, lazyfuse leaves malloc alone.
 pub const GLIBC_MALLOC_VARS: [&str; 2] = ["MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"];
 
@@ -162,6 +165,13 @@ pub fn set_max_pending_ops(n: usize) {
 pub(crate) fn metrics_at_exit() -> bool {
     static M: OnceLock<bool> = OnceLock::new();
     *M.get_or_init(|| flag(METRICS).unwrap_or(false))
+}
+
+/// `LAZYFUSE_STRICT_FP=1`: no multiply-add contraction in compiled code.
+/// Read once: it is part of every executable's compile options.
+pub fn strict_fp() -> bool {
+    static S: OnceLock<bool> = OnceLock::new();
+    *S.get_or_init(|| flag(STRICT_FP).unwrap_or(false))
 }
 
 /// `TPU_LAUNCH_BLOCKING=1`: wait for every execution as it is launched, so an

@@ -8,8 +8,10 @@
 //! a minimal program and printed as a ready-to-paste `#[test]`; the bugs it
 //! found are kept below as regression tests.
 //!
-//! Knobs: `FUZZ_SEED` (u64, default fixed so CI is reproducible) and
-//! `FUZZ_CASES` (programs; default 200 in release, 30 in debug builds).
+//! Knobs: `FUZZ_SEED` (u64, default fixed so CI is reproducible),
+//! `FUZZ_CASES` (programs; default 200 in release, 30 in debug builds) and
+//! `FUZZ_TRACE=PATH` (each program is written there, as a test, before it
+//! runs: when a program kills the process, the file holds it).
 //! Run as `cargo test --release --test fuzz_ops -- --nocapture` to see the
 //! statistics line.
 //!
@@ -81,8 +83,12 @@ fn differential() {
     let start = Instant::now();
     let m0 = lazyfuse::metrics::snapshot();
     let (programs, ops, events) = (Cell::new(0usize), Cell::new(0usize), Cell::new(0usize));
+    let trace = std::env::var_os("FUZZ_TRACE");
     let result = runner.run(&prop::collection::vec(gene(), 1..=24), |genes| {
         let p = build(&genes);
+        if let Some(path) = &trace {
+            std::fs::write(path, p.to_rust_test("fuzz_crash_name_me")).expect("writing FUZZ_TRACE");
+        }
         programs.set(programs.get() + 1);
         ops.set(ops.get() + p.num_ops());
         let sync_events = p.steps.iter().filter(|s| {
@@ -651,4 +657,96 @@ fn bf16_constant_keeps_subnormals() {
         let want = HostTensor::from_f64(&[1e-40; 6], Shape::new(&[3, 2]), DType::BF16);
         assert_eq!(t.to_host().unwrap().bytes, want.bytes, "fuse={fuse}");
     }
+}
+
+/// Found at `FUZZ_SEED=11` once XLA's algebraic simplifier was turned off
+/// (see `src/pjrt/options.rs`): a subnormal f32 converted to bf16 and then
+/// to bool was `true` fused (the fused conversions work on bits, no
+/// denormal flush) and `false` unfused and on the interpreter (the f32
+/// subnormal reads as zero).
+#[test]
+fn subnormal_through_bf16_to_bool_is_false_fused_too() {
+    let program = Program {
+        steps: vec![
+            Step::Input(HostTensor::from_f64(
+                &[3.000000106112566e-6, 0.0, 9.99994610111476e-41, -1.5],
+                Shape::new(&[4]),
+                DType::F32,
+            )), // v0
+            Step::Apply {
+                op: Op::Convert(DType::BF16),
+                args: vec![0],
+            }, // v1
+            Step::Apply {
+                op: Op::Convert(DType::Bool),
+                args: vec![1],
+            }, // v2
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+}
+
+/// Found at `FUZZ_SEED=11`: an integer division by zero whose operands
+/// are compile-time constants (a `full` converted to u8) killed the
+/// process with SIGFPE inside XLA, which folds such constants at compile
+/// time. The answer is XLA's own: `x / 0` is all ones for u8.
+#[test]
+fn constant_integer_division_by_zero_does_not_kill_the_process() {
+    let program = Program {
+        steps: vec![
+            Step::Full {
+                value: -1e-40,
+                dims: vec![],
+                dtype: DType::F32,
+            }, // v0
+            Step::Apply {
+                op: Op::Convert(DType::U8),
+                args: vec![0],
+            }, // v1
+            Step::Apply {
+                op: Op::Binary(BinaryOp::Div),
+                args: vec![1, 1],
+            }, // v2
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+}
+
+/// The guarded integer division keeps the run-time semantics: `x / 0` is
+/// all ones, `MIN / -1` wraps to `MIN`, everything else truncates.
+#[test]
+fn integer_division_edge_cases_fused_and_unfused() {
+    let program = Program {
+        steps: vec![
+            Step::Input(HostTensor::from_f64(
+                &[-2147483648.0, 7.0, -7.0, 5.0, 0.0],
+                Shape::new(&[5]),
+                DType::I32,
+            )), // v0
+            Step::Input(HostTensor::from_f64(
+                &[-1.0, 0.0, 2.0, -1.0, 0.0],
+                Shape::new(&[5]),
+                DType::I32,
+            )), // v1
+            Step::Apply {
+                op: Op::Binary(BinaryOp::Div),
+                args: vec![0, 1],
+            }, // v2
+            Step::Input(HostTensor::from_f64(
+                &[200.0, 7.0, 0.0],
+                Shape::new(&[3]),
+                DType::U8,
+            )), // v3
+            Step::Input(HostTensor::from_f64(
+                &[0.0, 2.0, 0.0],
+                Shape::new(&[3]),
+                DType::U8,
+            )), // v4
+            Step::Apply {
+                op: Op::Binary(BinaryOp::Div),
+                args: vec![3, 4],
+            }, // v5
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
 }

@@ -265,7 +265,10 @@ impl Op {
 
     /// True for a rank-0 constant whose value the planner turns into a region
     /// parameter ("scalar lifting"), so a changing learning rate or
-    /// bias-correction factor never recompiles. 0, 1 and -1 stay baked in.
+    /// bias-correction factor never recompiles. 1 and -1 stay baked in, and
+    /// so does an integer 0. A floating-point zero is lifted: XLA folds
+    /// `x + 0` and `x - 0` against a literal zero of either sign into `x`,
+    /// which is wrong for `x = -0` (IEEE: `-0 + 0 = +0`).
     pub fn is_liftable_scalar(&self) -> bool {
         match self {
             Op::Constant {
@@ -273,9 +276,12 @@ impl Op {
                 shape,
                 dtype,
             } => {
+                let v = value.as_f64();
                 shape.rank() == 0
                     && *dtype != DType::Bool
-                    && !matches!(value.as_f64(), v if v == 0.0 || v == 1.0 || v == -1.0)
+                    && v != 1.0
+                    && v != -1.0
+                    && (v != 0.0 || dtype.is_float())
             }
             _ => false,
         }

@@ -112,8 +112,18 @@ fn select(e: &mut Emitter<'_>, node: &Node) -> String {
 }
 
 /// Element type conversion of operand 0 to `to` (nothing when it has it).
+///
+/// Float to bool is lowered as the comparison `x != 0` it means: XLA's
+/// own float-to-pred conversion, once fused behind another conversion
+/// (f32 -> bf16 -> bool), tested the bits and so took a subnormal for
+/// nonzero, where every other path flushes it to zero first
+/// (`tests/fuzz_ops.rs::subnormal_through_bf16_to_bool_is_false_fused_too`).
 fn convert(e: &mut Emitter<'_>, node: &Node, to: DType) -> String {
     let (x, n) = operand(e, node, 0);
+    if to == DType::Bool && n.dtype.is_float() {
+        let zero = e.constant(Literal::Float(0.0), &n.shape, n.dtype);
+        return compare(e, CmpOp::Ne, &x, &zero, &n.shape, n.dtype);
+    }
     e.convert(&x, &node.shape, n.dtype, to)
 }
 
@@ -319,6 +329,9 @@ fn binary(e: &mut Emitter<'_>, b: BinaryOp, x: &str, y: &str, s: &Shape, dt: DTy
     if b == BinaryOp::Pow {
         return int_pow(e, x, y, s, dt);
     }
+    if b == BinaryOp::Div && !dt.is_float() {
+        return int_div(e, x, y, s, dt);
+    }
     let name = match b {
         BinaryOp::Add => "stablehlo.add",
         BinaryOp::Sub => "stablehlo.subtract",
@@ -329,6 +342,69 @@ fn binary(e: &mut Emitter<'_>, b: BinaryOp, x: &str, y: &str, s: &Shape, dt: DTy
         BinaryOp::Minimum => return extremum(e, "stablehlo.minimum", x, y, s, dt),
     };
     e.eltwise(name, &[x, y], s, dt, dt)
+}
+
+/// Integer division with the interpreter's (and XLA's run-time) semantics,
+/// `x / 0` all ones and `MIN / -1` = `MIN`, computed so that no division
+/// by zero or overflowing division is ever evaluated: XLA folds divisions
+/// of constants while it converts the module, in C++, and such a division
+/// killed the process with SIGFPE (regression test
+/// `tests/fuzz_ops.rs::constant_integer_division_by_zero_does_not_kill_the_process`).
+fn int_div(e: &mut Emitter<'_>, x: &str, y: &str, s: &Shape, dt: DType) -> String {
+    let t = ty(s, dt);
+    let b = ty(s, DType::Bool);
+    let int = |e: &mut Emitter<'_>, v: i64| e.constant(Literal::Int(v), s, dt);
+    let cmp = |e: &mut Emitter<'_>, p: &str, q: &str| {
+        e.op(
+            "stablehlo.compare",
+            &[(p, t.clone()), (q, t.clone())],
+            &compare_attr(CmpOp::Eq, dt),
+            &b,
+        )
+    };
+    let zero = int(e, 0);
+    let by_zero = cmp(e, y, &zero);
+    let mut bad = by_zero.clone();
+    if dt != DType::U8 {
+        let min = int(
+            e,
+            if dt == DType::I32 {
+                i32::MIN as i64
+            } else {
+                i64::MIN
+            },
+        );
+        let minus_one = int(e, -1);
+        let (is_min, is_minus_one) = (cmp(e, x, &min), cmp(e, y, &minus_one));
+        let overflow = e.eltwise(
+            "stablehlo.and",
+            &[&is_min, &is_minus_one],
+            s,
+            DType::Bool,
+            DType::Bool,
+        );
+        bad = e.eltwise(
+            "stablehlo.or",
+            &[&bad, &overflow],
+            s,
+            DType::Bool,
+            DType::Bool,
+        );
+    }
+    let one = int(e, 1);
+    let select = |e: &mut Emitter<'_>, c: &str, p: &str, q: &str| {
+        e.op(
+            "stablehlo.select",
+            &[(c, b.clone()), (p, t.clone()), (q, t.clone())],
+            "",
+            &t,
+        )
+    };
+    // A bad divisor becomes 1: `MIN / 1` is the wrapped `MIN / -1`.
+    let safe = select(e, &bad, &one, y);
+    let q = e.eltwise("stablehlo.divide", &[x, &safe], s, dt, dt);
+    let all_ones = int(e, if dt == DType::U8 { 255 } else { -1 });
+    select(e, &by_zero, &all_ones, &q)
 }
 
 /// Integer power with the interpreter's semantics: wrapping square-and-multiply

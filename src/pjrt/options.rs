@@ -6,14 +6,29 @@
 //! the fields used, under XLA's field numbers; protobuf's wire format makes
 //! that a valid encoding of the full messages.
 //!
-//! One XLA default is overridden: `xla_allow_excess_precision` (on by
-//! default) lets XLA drop a `convert` pair such as f32 -> bf16 -> f32 inside
-//! a fused computation, so a fused region returned values with more
-//! precision than the same ops run one by one (found by the differential
-//! fuzzer: `tests/fuzz_ops.rs::fusion_keeps_half_precision_rounding`).
-//! lazyfuse promises that fusion never changes an answer, so it is off.
-//! It is set through `env_option_overrides`, which XLA applies on top of its
+//! Fusion must never change an answer, so a few XLA defaults are
+//! overridden (each found to change IEEE results when ops that ran as
+//! separate regions land in one; regression tests in `tests/ieee.rs`). They
+//! are set through `env_option_overrides`, which XLA applies on top of its
 //! default debug options (a `debug_options` message would reset all others).
+//! - `xla_allow_excess_precision` off: XLA would drop a `convert` pair such
+//!   as f32 -> bf16 -> f32 inside a fused computation, returning more
+//!   precision than the same ops run one by one
+//!   (`tests/fuzz_ops.rs::fusion_keeps_half_precision_rounding`).
+//! - `xla_disable_hlo_passes = "algsimp"`: XLA's algebraic simplifier
+//!   rewrites patterns that span ops without regard to NaN, infinities or
+//!   the sign of zero: `multiply(convert(pred), x)` becomes
+//!   `select(pred, x, 0)` (0 where IEEE gives NaN for `x` = NaN or ±Inf, and
+//!   +0 for -0), `(a/b)/c` becomes `a/(b*c)` (overflows), `sqrt(a*a)`
+//!   becomes `|a|`, `abs(x) >= 0` folds to true (false for NaN), `a/sqrt(b)`
+//!   becomes `a*rsqrt(b)` (an approximation), constants are reassociated. No
+//!   option guards those rewrites; the pass is off as a whole.
+//! - `xla_cpu_enable_fast_min_max` off: on by default, `max`/`min` then
+//!   drop a NaN depending on operand order; off, they propagate it.
+//! - With `LAZYFUSE_STRICT_FP=1`, `xla_cpu_max_isa = "AVX"`: fused loops
+//!   may otherwise contract `a*b + c` into one fused multiply-add (one
+//!   rounding instead of two; the README's semantics). AVX has no FMA, so
+//!   fused results then equal unfused ones bit for bit, at some speed.
 
 use prost::Message;
 use std::collections::BTreeMap;
@@ -81,13 +96,34 @@ pub(crate) fn compile_options() -> CompileOptionsProto {
         // id 1 which is not addressable"). A portable executable runs on
         // whichever addressable device it is launched on.
         compile_portable_executable: true,
-        env_option_overrides: BTreeMap::from([(
-            "xla_allow_excess_precision".to_string(),
-            OptionOverrideProto {
-                value: Some(OptionValue::Bool(false)),
-            },
-        )]),
+        env_option_overrides: overrides(crate::config::strict_fp()),
     }
+}
+
+/// The debug options lazyfuse overrides (see the module doc).
+fn overrides(strict_fp: bool) -> BTreeMap<String, OptionOverrideProto> {
+    let set = |v: OptionValue| OptionOverrideProto { value: Some(v) };
+    let mut m = BTreeMap::from([
+        (
+            "xla_allow_excess_precision".to_string(),
+            set(OptionValue::Bool(false)),
+        ),
+        (
+            "xla_disable_hlo_passes".to_string(),
+            set(OptionValue::String("algsimp".into())),
+        ),
+        (
+            "xla_cpu_enable_fast_min_max".to_string(),
+            set(OptionValue::Bool(false)),
+        ),
+    ]);
+    if strict_fp {
+        m.insert(
+            "xla_cpu_max_isa".to_string(),
+            set(OptionValue::String("AVX".into())),
+        );
+    }
+    m
 }
 
 /// The exact serialized `CompileOptionsProto` that [`super::Client::compile`]
@@ -111,14 +147,27 @@ mod tests {
         };
         // executable_build_options (field 3, 4 bytes) { num_replicas: 1, num_partitions: 1 }
         assert_eq!(build.encode_to_vec(), [0x1a, 0x04, 0x20, 0x01, 0x28, 0x01]);
-        // ... followed by compile_portable_executable (field 4): true and one
-        // env_option_overrides entry (field 7): { key (1): "xla_allow_excess_precision",
-        // value (2): { bool_field (2): false } }.
-        let key = b"xla_allow_excess_precision";
+        // ... followed by compile_portable_executable (field 4): true and the
+        // env_option_overrides entries (field 7), in key order: { key (1),
+        // value (2): { bool_field (2) | string_field (1) } }.
         let mut want = vec![0x1a, 0x04, 0x20, 0x01, 0x28, 0x01, 0x20, 0x01];
-        want.extend_from_slice(&[0x3a, key.len() as u8 + 6, 0x0a, key.len() as u8]);
-        want.extend_from_slice(key);
-        want.extend_from_slice(&[0x12, 0x02, 0x10, 0x00]);
+        let mut entry = |key: &[u8], value: &[u8]| {
+            want.extend_from_slice(&[0x3a, (key.len() + value.len() + 4) as u8]);
+            want.extend_from_slice(&[0x0a, key.len() as u8]);
+            want.extend_from_slice(key);
+            want.extend_from_slice(&[0x12, value.len() as u8]);
+            want.extend_from_slice(value);
+        };
+        entry(b"xla_allow_excess_precision", &[0x10, 0x00]);
+        entry(b"xla_cpu_enable_fast_min_max", &[0x10, 0x00]);
+        let mut algsimp = vec![0x0a, 7];
+        algsimp.extend_from_slice(b"algsimp");
+        entry(b"xla_disable_hlo_passes", &algsimp);
+        if crate::config::strict_fp() {
+            let mut avx = vec![0x0a, 3];
+            avx.extend_from_slice(b"AVX");
+            entry(b"xla_cpu_max_isa", &avx);
+        }
         assert_eq!(compile_options_bytes(), want);
     }
 }

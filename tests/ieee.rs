@@ -1,0 +1,166 @@
+//! Fusion must never change an IEEE answer. Each test is one class of XLA
+//! rewrite that spans ops, and so only fires when ops that ran as separate
+//! regions land in one: it runs the same program fused, unfused
+//! (`TPU_FUSION=0`) and on the reference interpreter, and requires the
+//! three to agree bit for bit (any NaN matches any NaN: IEEE leaves the
+//! payload open) and to give the IEEE answer. The compile options that keep
+//! these right are documented in `src/pjrt/options.rs`.
+
+mod common;
+use common::{device_of, Backend};
+use lazyfuse::{DType, FusionGuard, Result, Tensor};
+
+/// Bits of an f32, with every NaN one value.
+fn bits(v: f32) -> u32 {
+    if v.is_nan() {
+        0x7fc0_0000
+    } else {
+        v.to_bits()
+    }
+}
+
+/// Runs `f` on `inputs` (f32 vectors) fused and unfused on XLA, and on the
+/// interpreter; checks the three agree bit for bit and equal `want`.
+fn agree(inputs: &[&[f32]], want: &[f32], f: impl Fn(&[Tensor]) -> Result<Tensor>) {
+    let mut runs = Vec::new();
+    for (name, backend, fuse) in [
+        ("fused", Backend::Xla, true),
+        ("unfused", Backend::Xla, false),
+        ("interpreter", Backend::Interp, true),
+    ] {
+        let dev = device_of(backend);
+        let _f = FusionGuard::new(fuse);
+        let xs: Vec<Tensor> = inputs
+            .iter()
+            .map(|v| Tensor::from_slice(v, &[v.len()], &dev).unwrap())
+            .collect();
+        for x in &xs {
+            x.realize().unwrap();
+        }
+        let got: Vec<u32> = f(&xs)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap()
+            .into_iter()
+            .map(bits)
+            .collect();
+        runs.push((name, got));
+    }
+    let want: Vec<u32> = want.iter().map(|&v| bits(v)).collect();
+    for (name, got) in &runs {
+        let show = |b: &[u32]| -> Vec<f32> { b.iter().map(|&x| f32::from_bits(x)).collect() };
+        assert_eq!(
+            got,
+            &want,
+            "{name}: {:?}, IEEE: {:?}",
+            show(got),
+            show(&want)
+        );
+    }
+}
+
+const NAN: f32 = f32::NAN;
+const INF: f32 = f32::INFINITY;
+
+/// The fuzzer's finding: `multiply(convert(pred), x)` was rewritten to
+/// `select(pred, x, 0)`, giving 0 where IEEE gives NaN.
+#[test]
+fn converted_predicate_times_nan_is_nan() {
+    let p = [1.0, -1.0, -2.0, 3.0];
+    agree(&[&p], &[NAN; 4], |x| {
+        x[0].gt_scalar(0.0)?
+            .to_dtype(DType::F32)?
+            .mul_scalar(f64::NAN)
+    });
+}
+
+/// Same rewrite: `0 * ±Inf` is NaN, and `0 * -3` is -0, not +0.
+#[test]
+fn converted_predicate_times_infinity_and_negative_keeps_ieee() {
+    let p = [1.0, -1.0, -2.0, 3.0];
+    agree(&[&p], &[INF, NAN, NAN, INF], |x| {
+        x[0].gt_scalar(0.0)?
+            .to_dtype(DType::F32)?
+            .mul_scalar(f64::INFINITY)
+    });
+    agree(&[&p], &[-3.0, -0.0, -0.0, -3.0], |x| {
+        x[0].gt_scalar(0.0)?.to_dtype(DType::F32)?.mul_scalar(-3.0)
+    });
+    // `convert(p) / 0` went through `broadcast(1/0) * convert(p)` to the same rewrite.
+    agree(&[&p], &[INF, NAN, NAN, INF], |x| {
+        x[0].gt_scalar(0.0)?.to_dtype(DType::F32)?.div_scalar(0.0)
+    });
+}
+
+/// `max`/`min` propagate NaN whatever the operand order (XLA's default
+/// "fast min/max" dropped it in one order), elementwise and reduced.
+#[test]
+fn maximum_and_minimum_propagate_nan_in_either_order() {
+    let a = [1.0, NAN, 2.0, NAN];
+    let b = [NAN, 1.0, 3.0, NAN];
+    agree(&[&a, &b], &[NAN, NAN, 3.0, NAN], |x| x[0].maximum(&x[1]));
+    agree(&[&a, &b], &[NAN, NAN, 2.0, NAN], |x| x[1].minimum(&x[0]));
+    let r = [1.0, NAN, 2.0, 3.0];
+    agree(&[&r], &[NAN], |x| x[0].mul_scalar(2.0)?.max(&[0], false));
+    agree(&[&r], &[NAN], |x| x[0].add_scalar(1.0)?.min(&[0], false));
+}
+
+/// `abs(x) >= 0` was folded to true, which is false for NaN.
+#[test]
+fn abs_of_nan_is_not_non_negative() {
+    let a = [NAN, -1.0, 0.0, -0.0];
+    agree(&[&a], &[0.0, 1.0, 1.0, 1.0], |x| {
+        x[0].abs()?.ge_scalar(0.0)?.to_dtype(DType::F32)
+    });
+}
+
+/// `(a / b) / c` was reassociated into `a / (b * c)`, which overflows.
+#[test]
+fn chained_division_is_not_reassociated() {
+    let a = [1e30, 1.0, -1e30, 6.0];
+    let b = [1e30, 1e30, 1e30, 2.0];
+    let c = [1e30, 1e30, 1e30, 3.0];
+    agree(&[&a, &b, &c], &[1e-30, 0.0, -1e-30, 1.0], |x| {
+        x[0].div(&x[1])?.div(&x[2])
+    });
+}
+
+/// `sqrt(a * a)` was rewritten to `|a|`: IEEE overflows to Inf and
+/// underflows to 0 (flushed), and keeps NaN.
+#[test]
+fn square_root_of_a_square_keeps_overflow_and_underflow() {
+    let a = [1e30, -1e-30, 3.0, NAN];
+    agree(&[&a], &[INF, 0.0, 3.0, NAN], |x| x[0].mul(&x[0])?.sqrt());
+}
+
+/// `a / sqrt(b)` was rewritten to `a * rsqrt(b)`, an approximation.
+#[test]
+fn division_by_a_square_root_is_correctly_rounded() {
+    let a: Vec<f32> = (1..=16).map(|i| i as f32 * 0.37).collect();
+    let b: Vec<f32> = (1..=16).map(|i| 1.0 + i as f32 * 1.93).collect();
+    let want: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x / y.sqrt()).collect();
+    agree(&[&a, &b], &want, |x| x[0].div(&x[1].sqrt()?));
+}
+
+/// `x + 0` and `x - 0` against a literal zero were folded to `x`: IEEE
+/// gives `-0 + 0 = +0` and `-0 - (-0) = +0`.
+#[test]
+fn adding_zero_to_negative_zero_gives_positive_zero() {
+    let z = [-0.0, 1.0, -0.0, NAN];
+    agree(&[&z], &[0.0, 1.0, 0.0, NAN], |x| {
+        x[0].mul_scalar(1.0)?.add_scalar(0.0)
+    });
+    agree(&[&z], &[0.0, 1.0, 0.0, NAN], |x| {
+        x[0].mul_scalar(1.0)?.sub_scalar(-0.0)
+    });
+}
+
+/// Constants are not reassociated: `(x + 1e30) - 1e30` is 0 for small `x`,
+/// not `x`.
+#[test]
+fn additions_of_constants_are_not_reassociated() {
+    let a = [1.0, -2.0, 1e30, 0.5];
+    agree(&[&a], &[0.0, 0.0, 1e30, 0.0], |x| {
+        x[0].add_scalar(1e30)?.sub_scalar(1e30)
+    });
+}
