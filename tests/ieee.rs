@@ -164,3 +164,38 @@ fn additions_of_constants_are_not_reassociated() {
         x[0].add_scalar(1e30)?.sub_scalar(1e30)
     });
 }
+
+/// `a*b + c` in one region may be one fused multiply-add (the README's
+/// semantics); with `LAZYFUSE_STRICT_FP=1` it never is, and fused equals
+/// unfused bit for bit. The strict half runs in a child process (the
+/// option is read once per process: it is part of every compile).
+#[test]
+fn strict_fp_turns_multiply_add_contraction_off() {
+    let x0 = 1.0f32 + 2f32.powi(-12);
+    let c = -(1.0 + 2f64.powi(-11));
+    let run = |fuse: bool| -> f32 {
+        let dev = device_of(Backend::Xla);
+        let _f = FusionGuard::new(fuse);
+        let x = Tensor::from_slice(&[x0; 8], &[8], &dev).unwrap();
+        x.realize().unwrap();
+        x.mul(&x).unwrap().add_scalar(c).unwrap().to_vec::<f32>().unwrap()[0]
+    };
+    // Two roundings: x*x rounds to 1 + 2^-11 exactly, so the sum is 0.
+    assert_eq!(run(false).to_bits(), 0.0f32.to_bits());
+    if std::env::var_os("LAZYFUSE_STRICT_FP").is_some() {
+        assert_eq!(run(true).to_bits(), run(false).to_bits(), "strict: no FMA");
+        return;
+    }
+    let fused = run(true);
+    assert!(fused == 0.0 || fused == 2f32.powi(-24), "one rounding at most: {fused}");
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "strict_fp_turns_multiply_add_contraction_off"])
+        .env("LAZYFUSE_STRICT_FP", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "strict child failed:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
