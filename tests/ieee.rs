@@ -178,7 +178,12 @@ fn strict_fp_turns_multiply_add_contraction_off() {
         let _f = FusionGuard::new(fuse);
         let x = Tensor::from_slice(&[x0; 8], &[8], &dev).unwrap();
         x.realize().unwrap();
-        x.mul(&x).unwrap().add_scalar(c).unwrap().to_vec::<f32>().unwrap()[0]
+        x.mul(&x)
+            .unwrap()
+            .add_scalar(c)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap()[0]
     };
     // Two roundings: x*x rounds to 1 + 2^-11 exactly, so the sum is 0.
     assert_eq!(run(false).to_bits(), 0.0f32.to_bits());
@@ -187,7 +192,10 @@ fn strict_fp_turns_multiply_add_contraction_off() {
         return;
     }
     let fused = run(true);
-    assert!(fused == 0.0 || fused == 2f32.powi(-24), "one rounding at most: {fused}");
+    assert!(
+        fused == 0.0 || fused == 2f32.powi(-24),
+        "one rounding at most: {fused}"
+    );
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "strict_fp_turns_multiply_add_contraction_off"])
         .env("LAZYFUSE_STRICT_FP", "1")
