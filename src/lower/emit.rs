@@ -191,6 +191,17 @@ impl<'g> Emitter<'g> {
         self.reshape(&s, &one, &Shape::scalar(), dtype)
     }
 
+    /// `select(c, p, q)` on values of shape `s` and dtype `dt`.
+    pub fn select(&mut self, c: &str, p: &str, q: &str, s: &Shape, dt: DType) -> String {
+        let (b, t) = (ty(s, DType::Bool), ty(s, dt));
+        self.op(
+            "stablehlo.select",
+            &[(c, b), (p, t.clone()), (q, t.clone())],
+            "",
+            &t,
+        )
+    }
+
     /// Reshape.
     pub fn reshape(&mut self, v: &str, from: &Shape, to: &Shape, dtype: DType) -> String {
         if from == to {

@@ -392,14 +392,7 @@ fn int_div(e: &mut Emitter<'_>, x: &str, y: &str, s: &Shape, dt: DType) -> Strin
         );
     }
     let one = int(e, 1);
-    let select = |e: &mut Emitter<'_>, c: &str, p: &str, q: &str| {
-        e.op(
-            "stablehlo.select",
-            &[(c, b.clone()), (p, t.clone()), (q, t.clone())],
-            "",
-            &t,
-        )
-    };
+    let select = |e: &mut Emitter<'_>, c: &str, p: &str, q: &str| e.select(c, p, q, s, dt);
     // A bad divisor becomes 1: `MIN / 1` is the wrapped `MIN / -1`.
     let safe = select(e, &bad, &one, y);
     let q = e.eltwise("stablehlo.divide", &[x, &safe], s, dt, dt);
@@ -424,14 +417,7 @@ fn int_pow(e: &mut Emitter<'_>, x: &str, y: &str, s: &Shape, dt: DType) -> Strin
             &b,
         )
     };
-    let select = |e: &mut Emitter<'_>, c: &str, p: &str, q: &str| {
-        e.op(
-            "stablehlo.select",
-            &[(c, b.clone()), (p, t.clone()), (q, t.clone())],
-            "",
-            &t,
-        )
-    };
+    let select = |e: &mut Emitter<'_>, c: &str, p: &str, q: &str| e.select(c, p, q, s, dt);
     let (zero, one, minus_one) = (int(e, 0), int(e, 1), int(e, -1));
     let mut acc = one.clone();
     let mut base = x.to_string();
