@@ -388,9 +388,9 @@ fn run_region(
     // Buffer parameters in order, then one buffer per scalar pack (the
     // lifted scalars' values are read from this graph: a replayed plan and
     // a cached executable serve every value).
-    let packs = region.scalar_packs(graph);
+    let packs = region.scalar_packs();
     let mut packed: SmallVec<[Arc<DeviceBuffer>; 2]> = SmallVec::new();
-    for pack in &packs {
+    for pack in packs {
         let mut values: SmallVec<[lazyfuse_ir::Literal; 8]> = SmallVec::new();
         for &k in &pack.params {
             match graph.node(region.params[k]).op {

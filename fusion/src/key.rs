@@ -38,7 +38,7 @@ pub(crate) fn region_key(
     nodes: &[NodeId],
     outputs: &[NodeId],
     aliases: &[(usize, usize)],
-    lifted: (&[usize], &[u32]),
+    lifted: (&[usize], &[crate::ScalarPack]),
     local: impl Fn(NodeId) -> usize,
 ) -> RegionKey {
     let (mut a, mut b) = hashers();

@@ -50,17 +50,17 @@ pub struct Region {
     /// ([`Region::scalar_packs`]), so a region with 90 scalars (ten
     /// optimizer updates) takes ten arguments for them, not 90.
     pub lifted: Vec<usize>,
-    /// The pack of each lifted scalar (with its dtype): the copy that uses
-    /// it, when the region batches repeated copies, else 0. Packing per copy
-    /// keeps the copies' code identical (each reads the same offsets of its
-    /// own pack), so XLA still compiles one kernel for all of them.
-    pub lifted_pack: Vec<u32>,
+    /// The lifted scalars' packs, in argument order: one per dtype, and per
+    /// copy when the region batches repeated copies. Packing per copy keeps
+    /// the copies' code identical (each reads the same offsets of its own
+    /// pack), so XLA still compiles one kernel for all of them.
+    pub packs: Vec<ScalarPack>,
     /// Canonical compile-cache key (donation included: it changes the executable).
     pub key: RegionKey,
 }
 
 /// The lifted scalars of one dtype, passed as one rank-1 buffer.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ScalarPack {
     /// Their dtype.
     pub dtype: DType,
@@ -68,30 +68,40 @@ pub struct ScalarPack {
     pub params: Vec<usize>,
 }
 
-impl Region {
-    /// The lifted scalars packed per pack label ([`Region::lifted_pack`])
-    /// and dtype, packs in order of first use. A launch passes the buffer
-    /// parameters (`params` minus `lifted`, in order), then one buffer per
-    /// pack.
-    pub fn scalar_packs(&self, graph: &Graph) -> Vec<ScalarPack> {
-        let mut packs: Vec<(u32, ScalarPack)> = Vec::new();
-        for (&k, &label) in self.lifted.iter().zip(&self.lifted_pack) {
-            let dtype = graph.node(self.params[k]).dtype;
-            match packs
-                .iter_mut()
-                .find(|(l, p)| *l == label && p.dtype == dtype)
-            {
-                Some((_, p)) => p.params.push(k),
-                None => packs.push((
-                    label,
-                    ScalarPack {
-                        dtype,
-                        params: vec![k],
-                    },
-                )),
-            }
+/// Groups lifted parameters `lifted` (indices into `params`) into packs by
+/// `(label, dtype)`, packs in order of first use.
+fn pack_scalars(
+    graph: &Graph,
+    params: &[NodeId],
+    lifted: &[usize],
+    labels: &[u32],
+) -> Vec<ScalarPack> {
+    let mut packs: Vec<(u32, ScalarPack)> = Vec::new();
+    for (&k, &label) in lifted.iter().zip(labels) {
+        let dtype = graph.node(params[k]).dtype;
+        match packs
+            .iter_mut()
+            .find(|(l, p)| *l == label && p.dtype == dtype)
+        {
+            Some((_, p)) => p.params.push(k),
+            None => packs.push((
+                label,
+                ScalarPack {
+                    dtype,
+                    params: vec![k],
+                },
+            )),
         }
-        packs.into_iter().map(|(_, p)| p).collect()
+    }
+    packs.into_iter().map(|(_, p)| p).collect()
+}
+
+impl Region {
+    /// The lifted scalars' packs (computed by the planner, once per plan).
+    /// A launch passes the buffer parameters (`params` minus `lifted`, in
+    /// order), then one buffer per pack.
+    pub fn scalar_packs(&self) -> &[ScalarPack] {
+        &self.packs
     }
 
     /// True when parameter `k` is a lifted scalar (passed in a pack).
@@ -355,13 +365,14 @@ fn build_regions(cx: &RegionCx<'_>, groups: &[Vec<NodeId>], local: &mut [usize])
         for (k, &p) in params.iter().chain(nodes.iter()).enumerate() {
             local[p.index()] = k;
         }
+        let packs = pack_scalars(graph, &params, &lifted, &lifted_pack);
         let key = region_key(
             graph,
             &params,
             &nodes,
             &outputs,
             &[],
-            (&lifted, &lifted_pack),
+            (&lifted, &packs),
             |id| local[id.index()],
         );
         regions.push(Region {
@@ -370,7 +381,7 @@ fn build_regions(cx: &RegionCx<'_>, groups: &[Vec<NodeId>], local: &mut [usize])
             outputs,
             aliases: Vec::new(),
             lifted,
-            lifted_pack,
+            packs,
             key,
         });
     }
@@ -429,7 +440,7 @@ fn donate(
                 &region.nodes,
                 &region.outputs,
                 &region.aliases,
-                (&region.lifted, &region.lifted_pack),
+                (&region.lifted, &region.packs),
                 |id| local[id.index()],
             );
         }
@@ -518,7 +529,7 @@ mod tests {
             outputs: Vec::new(),
             aliases: Vec::new(),
             lifted: lifted.to_vec(),
-            lifted_pack: vec![0; lifted.len()],
+            packs: Vec::new(),
             key: RegionKey(0),
         }
     }
@@ -543,7 +554,8 @@ mod tests {
             };
             g.push(op, &[], here).unwrap();
         }
-        let packs = region(3, &[0, 1, 2]).scalar_packs(&g);
+        let params: Vec<NodeId> = (0..3).map(NodeId::new).collect();
+        let packs = pack_scalars(&g, &params, &[0, 1, 2], &[0, 0, 0]);
         assert_eq!(
             packs,
             [

@@ -164,7 +164,7 @@ fn batched_copies_pack_their_scalars_one_pack_per_copy() {
     let (g, live) = adam_graph(200, 0.1, 0.001);
     let p = g.plan(&live);
     let r = &p.regions[0];
-    let packs = r.scalar_packs(g.graph());
+    let packs = r.scalar_packs();
     assert_eq!(packs.len(), 10, "one pack per copy");
     let per_copy = packs[0].params.len();
     assert!(per_copy > 1);
@@ -173,7 +173,7 @@ fn batched_copies_pack_their_scalars_one_pack_per_copy() {
     // Unbatched, a region's scalars of one dtype are one pack.
     let (g1, live1) = adam_graph(1, 0.1, 0.001);
     let p1 = g1.plan(&live1);
-    assert_eq!(p1.regions[0].scalar_packs(g1.graph()).len(), 1);
+    assert_eq!(p1.regions[0].scalar_packs().len(), 1);
 }
 
 /// A transformer-like block: layernorm, two matmuls with a residual.

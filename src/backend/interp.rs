@@ -46,7 +46,7 @@ impl Program {
             map.insert(p, id);
             params.push(id);
         }
-        for pack in region.scalar_packs(graph) {
+        for pack in region.scalar_packs() {
             let first = graph.node(region.params[pack.params[0]]).origin;
             let op = Op::Input {
                 shape: Shape::new(&[pack.params.len()]),

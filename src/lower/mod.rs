@@ -38,7 +38,7 @@ pub fn lower_region(graph: &Graph, region: &Region) -> String {
         };
         params.push(format!("{name}: {}{alias}", emit::ty(&n.shape, n.dtype)));
     }
-    for (j, pack) in region.scalar_packs(graph).iter().enumerate() {
+    for (j, pack) in region.scalar_packs().iter().enumerate() {
         let name = format!("%pack{j}");
         let n = pack.params.len();
         let packed = lazyfuse_ir::Shape::new(&[n]);

@@ -117,7 +117,7 @@ fn select(e: &mut Emitter<'_>, node: &Node) -> String {
 /// own float-to-pred conversion, once fused behind another conversion
 /// (f32 -> bf16 -> bool), tested the bits and so took a subnormal for
 /// nonzero, where every other path flushes it to zero first
-/// (`tests/fuzz_ops.rs::subnormal_through_bf16_to_bool_is_false_fused_too`).
+/// (`tests/fuzz_regressions.rs::subnormal_through_bf16_to_bool_is_false_fused_too`).
 fn convert(e: &mut Emitter<'_>, node: &Node, to: DType) -> String {
     let (x, n) = operand(e, node, 0);
     if to == DType::Bool && n.dtype.is_float() {
@@ -322,7 +322,7 @@ fn binary(e: &mut Emitter<'_>, b: BinaryOp, x: &str, y: &str, s: &Shape, dt: DTy
         // XLA's CPU `power` inspects operand bits (libm style), so it sees a
         // subnormal operand at its true value even under flush-to-zero: flush
         // explicitly, as every other arithmetic op does (regression test
-        // `tests/fuzz_ops.rs::pow_flushes_subnormal_operands`).
+        // `tests/fuzz_regressions.rs::pow_flushes_subnormal_operands`).
         let (x, y) = (flush_subnormals(e, x, s, dt), flush_subnormals(e, y, s, dt));
         return e.eltwise("stablehlo.power", &[&x, &y], s, dt, dt);
     }
@@ -349,7 +349,7 @@ fn binary(e: &mut Emitter<'_>, b: BinaryOp, x: &str, y: &str, s: &Shape, dt: DTy
 /// by zero or overflowing division is ever evaluated: XLA folds divisions
 /// of constants while it converts the module, in C++, and such a division
 /// killed the process with SIGFPE (regression test
-/// `tests/fuzz_ops.rs::constant_integer_division_by_zero_does_not_kill_the_process`).
+/// `tests/fuzz_regressions.rs::constant_integer_division_by_zero_does_not_kill_the_process`).
 fn int_div(e: &mut Emitter<'_>, x: &str, y: &str, s: &Shape, dt: DType) -> String {
     let t = ty(s, dt);
     let b = ty(s, DType::Bool);
@@ -404,7 +404,7 @@ fn int_div(e: &mut Emitter<'_>, x: &str, y: &str, s: &Shape, dt: DType) -> Strin
 /// over *every* bit of the exponent; a negative exponent gives 0, except bases
 /// 1 (→ 1) and -1 (→ ±1 by parity). XLA's own integer `power` only looks at the
 /// low 6 exponent bits, so `115^119` wrapped in i32 came out as `115^55`
-/// (regression test `tests/fuzz_ops.rs::int_pow_uses_every_exponent_bit`).
+/// (regression test `tests/fuzz_regressions.rs::int_pow_uses_every_exponent_bit`).
 fn int_pow(e: &mut Emitter<'_>, x: &str, y: &str, s: &Shape, dt: DType) -> String {
     let t = ty(s, dt);
     let b = ty(s, DType::Bool);
@@ -515,7 +515,7 @@ fn compare(e: &mut Emitter<'_>, c: CmpOp, x: &str, y: &str, s: &Shape, dt: DType
     // XLA's CPU bf16 `EQ`/`NE` see a subnormal at its true value while the
     // ordered compares (and the interpreter) read it as zero, so 9e-41 was
     // neither equal to nor greater than 0. Flush bf16 operands explicitly
-    // (regression test `tests/fuzz_ops.rs::bf16_compare_reads_subnormals_as_zero`).
+    // (regression test `tests/fuzz_regressions.rs::bf16_compare_reads_subnormals_as_zero`).
     let (x, y) = if dt == DType::BF16 {
         (flush_subnormals(e, x, s, dt), flush_subnormals(e, y, s, dt))
     } else {
