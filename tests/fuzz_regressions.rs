@@ -1,0 +1,337 @@
+//! Regression tests: minimal programs the differential fuzzer
+//! (`tests/fuzz_ops.rs`) found, in the form it prints them, each with the
+//! bug it caught and where it was fixed.
+
+mod common;
+mod fuzz_support;
+
+use fuzz_support::{Program, Step};
+#[allow(unused_imports)]
+use lazyfuse::ir::{BinaryOp, CmpOp, DType, HostTensor, Literal, Op, Shape, UnaryOp};
+use lazyfuse::{FusionGuard, Tensor};
+
+/// Interpreter bug: it flushed subnormal operands of float `neg`/`abs` to
+/// ±0, but XLA (CPU and GPU) lowers both to a sign-bit flip/clear that keeps
+/// them. Fixed in `ir/src/interp/elementwise.rs` (`sign_bit_op`).
+#[test]
+fn neg_and_abs_keep_subnormals() {
+    let program = Program {
+        steps: vec![
+            Step::Input(HostTensor::from_f64(
+                &[1e-40, -1e-40, -0.0, 2.5],
+                Shape::new(&[4]),
+                DType::F32,
+            )), // v0
+            Step::Input(HostTensor::from_f64(
+                &[1e-310, -1e-310],
+                Shape::new(&[2]),
+                DType::F64,
+            )), // v1
+            Step::Apply {
+                op: Op::Unary(UnaryOp::Neg),
+                args: vec![0],
+            }, // v2
+            Step::Apply {
+                op: Op::Unary(UnaryOp::Abs),
+                args: vec![0],
+            }, // v3
+            Step::Apply {
+                op: Op::Unary(UnaryOp::Neg),
+                args: vec![1],
+            }, // v4
+            Step::Apply {
+                op: Op::Unary(UnaryOp::Abs),
+                args: vec![1],
+            }, // v5
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+}
+
+/// Lowering bug: XLA's CPU `power` reads its operands' bits, so a subnormal
+/// exponent was not treated as zero (flush-to-zero, as the interpreter and
+/// every other arithmetic op do): `pow(-0.13, 1e-40)` gave NaN instead of 1,
+/// and a subnormal base gave a tiny power instead of `0^y`. Fixed in
+/// `src/lower/ops.rs` (`flush_subnormals` on pow operands).
+#[test]
+fn pow_flushes_subnormal_operands() {
+    let program = Program {
+        steps: vec![
+            Step::Input(HostTensor::from_f64(
+                &[-0.13, 0.5, 1e-40, -1e-40, 2.0],
+                Shape::new(&[5]),
+                DType::F32,
+            )), // v0
+            Step::Input(HostTensor::from_f64(
+                &[1e-40, -1e-40, 0.5, 2.0, 1e-40],
+                Shape::new(&[5]),
+                DType::F32,
+            )), // v1
+            Step::Scalar {
+                op: Op::Binary(BinaryOp::Pow),
+                arg: 0,
+                value: 1e-40,
+            }, // v2
+            Step::Apply {
+                op: Op::Binary(BinaryOp::Pow),
+                args: vec![0, 1],
+            }, // v3
+            Step::Input(HostTensor::from_f64(
+                &[-0.5, 1e-310],
+                Shape::new(&[2]),
+                DType::F64,
+            )), // v4
+            Step::Scalar {
+                op: Op::Binary(BinaryOp::Pow),
+                arg: 4,
+                value: 1e-310,
+            }, // v5
+            Step::Apply {
+                op: Op::Convert(DType::BF16),
+                args: vec![1],
+            }, // v6
+            Step::Apply {
+                op: Op::Binary(BinaryOp::Pow),
+                args: vec![6, 6],
+            }, // v7
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+}
+
+/// Fusion bug (XLA compile option): with XLA's default
+/// `xla_allow_excess_precision`, a fused `to_dtype(f32)` of a bf16 `exp`
+/// skipped the bf16 rounding (XLA removed the f32 -> bf16 -> f32 convert
+/// pair), so fused and unfused results differed: 6.4197 vs 6.40625. Fixed by
+/// compiling with the option off (`src/pjrt/options.rs`).
+#[test]
+fn fusion_keeps_half_precision_rounding() {
+    let program = Program {
+        steps: vec![
+            Step::Input(HostTensor::from_f64(
+                &[1.859375, -0.30078125, 2.109375],
+                Shape::new(&[3]),
+                DType::BF16,
+            )), // v0
+            Step::Apply {
+                op: Op::Unary(UnaryOp::Exp),
+                args: vec![0],
+            }, // v1
+            Step::Apply {
+                op: Op::Convert(DType::F32),
+                args: vec![1],
+            }, // v2
+            Step::Input(HostTensor::from_f64(
+                &[0.1, 1e-3],
+                Shape::new(&[2]),
+                DType::F16,
+            )), // v3
+            Step::Scalar {
+                op: Op::Binary(BinaryOp::Mul),
+                arg: 3,
+                value: 3.0,
+            }, // v4
+            Step::Apply {
+                op: Op::Convert(DType::F64),
+                args: vec![4],
+            }, // v5
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+}
+
+/// Lowering bug: XLA's integer `power` only uses the low 6 bits of the
+/// exponent, so with wrapping semantics `115^119` (i32) came out as `115^55`
+/// and `2^64` as 1 instead of 0. The lowering now emits square-and-multiply
+/// over every exponent bit (`src/lower/ops.rs`, `int_pow`).
+#[test]
+fn int_pow_uses_every_exponent_bit() {
+    let program = Program {
+        steps: vec![
+            Step::Input(HostTensor::from_i64(
+                &[115, 2, -3, -1, 1, 7, 0, 5],
+                Shape::new(&[8]),
+                DType::I32,
+            )), // v0
+            Step::Input(HostTensor::from_i64(
+                &[119, 64, 65, -7, -9, -2, 0, 1 << 20],
+                Shape::new(&[8]),
+                DType::I32,
+            )), // v1
+            Step::Apply {
+                op: Op::Binary(BinaryOp::Pow),
+                args: vec![0, 1],
+            }, // v2
+            Step::Apply {
+                op: Op::Convert(DType::I64),
+                args: vec![0],
+            }, // v3
+            Step::Input(HostTensor::from_i64(
+                &[119, 64, 1 << 40, -8, -9, 63, 0, i64::MAX],
+                Shape::new(&[8]),
+                DType::I64,
+            )), // v4
+            Step::Apply {
+                op: Op::Binary(BinaryOp::Pow),
+                args: vec![3, 4],
+            }, // v5
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+}
+
+/// Lowering bug: XLA's CPU bf16 `EQ`/`NE` compare a subnormal at its true
+/// value while ordered compares read it as zero (flush-to-zero), so
+/// `eq_scalar(-0.0)` of -9e-41 was false although `gt`/`lt` said neither
+/// (found by fuzz_ops, FUZZ_SEED=2). The lowering now flushes bf16 compare
+/// operands (`src/lower/ops.rs`, `compare`).
+#[test]
+fn bf16_compare_reads_subnormals_as_zero() {
+    let sub = 9.183549615799121e-41;
+    let program = Program {
+        steps: vec![
+            Step::Input(HostTensor::from_f64(
+                &[sub, -sub, 1.0, 0.0, -0.0, f64::NAN],
+                Shape::new(&[6]),
+                DType::BF16,
+            )), // v0
+            Step::Scalar {
+                op: Op::Compare(CmpOp::Eq),
+                arg: 0,
+                value: -0.0,
+            }, // v1
+            Step::Scalar {
+                op: Op::Compare(CmpOp::Ne),
+                arg: 0,
+                value: 0.0,
+            }, // v2
+            Step::Apply {
+                op: Op::Reshape(Shape::new(&[3, 2])),
+                args: vec![0],
+            }, // v3
+            Step::Input(HostTensor::from_f64(
+                &[0.0, sub],
+                Shape::new(&[2]),
+                DType::BF16,
+            )), // v4
+            Step::Apply {
+                op: Op::Compare(CmpOp::Eq),
+                args: vec![3, 4],
+            }, // v5
+            Step::Apply {
+                op: Op::Compare(CmpOp::Le),
+                args: vec![4, 3],
+            }, // v6
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+}
+
+/// XLA CPU quirk, not fixed: a bf16 constant holding a subnormal comes back
+/// flushed to zero for some shapes (`[3, 2]`, not `[2, 3]` or `[6]`), though
+/// constants and layout ops are documented to keep bits (found by fuzz_ops,
+/// FUZZ_SEED=3). Inside XLA's CPU emitter, not in lazyfuse's lowering; the
+/// fuzz oracle tolerates a bf16 subnormal flushed to a zero of its sign.
+#[test]
+#[ignore = "XLA CPU flushes bf16 subnormal constants of shape [3, 2] (upstream quirk)"]
+fn bf16_constant_keeps_subnormals() {
+    let dev = common::dev();
+    for fuse in [true, false] {
+        let _g = FusionGuard::new(fuse);
+        let t = Tensor::full(1e-40, &[3, 2], DType::BF16, &dev).unwrap();
+        let want = HostTensor::from_f64(&[1e-40; 6], Shape::new(&[3, 2]), DType::BF16);
+        assert_eq!(t.to_host().unwrap().bytes, want.bytes, "fuse={fuse}");
+    }
+}
+
+/// Found at `FUZZ_SEED=11` (with XLA's algebraic simplifier on or off): a
+/// subnormal f32 converted to bf16 and then
+/// to bool was `true` fused (the fused conversions work on bits, no
+/// denormal flush) and `false` unfused and on the interpreter (the f32
+/// subnormal reads as zero).
+#[test]
+fn subnormal_through_bf16_to_bool_is_false_fused_too() {
+    let program = Program {
+        steps: vec![
+            Step::Input(HostTensor::from_f64(
+                &[3.000000106112566e-6, 0.0, 9.99994610111476e-41, -1.5],
+                Shape::new(&[4]),
+                DType::F32,
+            )), // v0
+            Step::Apply {
+                op: Op::Convert(DType::BF16),
+                args: vec![0],
+            }, // v1
+            Step::Apply {
+                op: Op::Convert(DType::Bool),
+                args: vec![1],
+            }, // v2
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+}
+
+/// Found at `FUZZ_SEED=11`: an integer division by zero whose operands
+/// are compile-time constants (a `full` converted to u8) killed the
+/// process with SIGFPE inside XLA, which folds such constants at compile
+/// time. The answer is XLA's own: `x / 0` is all ones for u8.
+#[test]
+fn constant_integer_division_by_zero_does_not_kill_the_process() {
+    let program = Program {
+        steps: vec![
+            Step::Full {
+                value: -1e-40,
+                dims: vec![],
+                dtype: DType::F32,
+            }, // v0
+            Step::Apply {
+                op: Op::Convert(DType::U8),
+                args: vec![0],
+            }, // v1
+            Step::Apply {
+                op: Op::Binary(BinaryOp::Div),
+                args: vec![1, 1],
+            }, // v2
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+}
+
+/// The guarded integer division keeps the run-time semantics: `x / 0` is
+/// all ones, `MIN / -1` wraps to `MIN`, everything else truncates.
+#[test]
+fn integer_division_edge_cases_fused_and_unfused() {
+    let program = Program {
+        steps: vec![
+            Step::Input(HostTensor::from_f64(
+                &[-2147483648.0, 7.0, -7.0, 5.0, 0.0],
+                Shape::new(&[5]),
+                DType::I32,
+            )), // v0
+            Step::Input(HostTensor::from_f64(
+                &[-1.0, 0.0, 2.0, -1.0, 0.0],
+                Shape::new(&[5]),
+                DType::I32,
+            )), // v1
+            Step::Apply {
+                op: Op::Binary(BinaryOp::Div),
+                args: vec![0, 1],
+            }, // v2
+            Step::Input(HostTensor::from_f64(
+                &[200.0, 7.0, 0.0],
+                Shape::new(&[3]),
+                DType::U8,
+            )), // v3
+            Step::Input(HostTensor::from_f64(
+                &[0.0, 2.0, 0.0],
+                Shape::new(&[3]),
+                DType::U8,
+            )), // v4
+            Step::Apply {
+                op: Op::Binary(BinaryOp::Div),
+                args: vec![3, 4],
+            }, // v5
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+}
