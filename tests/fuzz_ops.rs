@@ -102,12 +102,14 @@ fn differential() {
     });
     let m1 = lazyfuse::metrics::snapshot();
     eprintln!(
-        "fuzz_ops: seed {seed:#x}: {} programs run ({cases} cases + shrinking), {} ops, {} sync events, {} values left out, {} recomputes, {:.1} s",
+        "fuzz_ops: seed {seed:#x}: {} programs run ({cases} cases + shrinking), {} ops, {} sync events, {} values left out, {} recomputes, {} compiles ({:.1} s), {:.1} s",
         programs.get(),
         ops.get(),
         events.get(),
         m1.left_out - m0.left_out,
         m1.recomputes - m0.recomputes,
+        m1.compiles - m0.compiles,
+        (m1.compile_ns - m0.compile_ns) as f64 * 1e-9,
         start.elapsed().as_secs_f64()
     );
     match result {

@@ -335,3 +335,43 @@ fn integer_division_edge_cases_fused_and_unfused() {
     };
     fuzz_support::check_program(&program, &common::dev()).unwrap();
 }
+
+/// Compiler crash: an empty slice of a `concatenate` with empty operands
+/// made StableHLO's `SliceOpConcatSimplify` build a concatenate with a
+/// negative operand count, and the C++ exception it threw aborted the
+/// process (a foreign exception cannot unwind through Rust). Fixed in
+/// `src/lower/ops.rs`: a value with no elements lowers to an empty constant
+/// and `concat` leaves out empty operands, so no such pattern reaches XLA.
+#[test]
+fn empty_slice_of_concat_with_empty_operands_compiles() {
+    let program = Program {
+        steps: vec![
+            Step::Input(HostTensor::from_f64(&[3.5], Shape::new(&[1]), DType::F32)), // v0
+            Step::Apply {
+                op: Op::Slice {
+                    axis: 0,
+                    start: 1,
+                    len: 0,
+                },
+                args: vec![0],
+            }, // v1
+            Step::Apply {
+                op: Op::Concat { axis: 0 },
+                args: vec![0, 1, 1],
+            }, // v2
+            Step::Apply {
+                op: Op::Slice {
+                    axis: 0,
+                    start: 1,
+                    len: 0,
+                },
+                args: vec![2],
+            }, // v3
+            Step::Apply {
+                op: Op::Unary(UnaryOp::Neg),
+                args: vec![2],
+            }, // v4
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+}

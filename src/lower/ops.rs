@@ -17,6 +17,14 @@ pub fn lower_node(e: &mut Emitter<'_>, id: NodeId) {
     inject_compile_fault(e, node);
     let v = match &node.op {
         Op::Input { .. } => panic!("lowering bug: input node {id:?} must be a region parameter"),
+        // A value with no elements is the same whatever computed it. As a
+        // constant it keeps zero-size operands away from StableHLO's folding
+        // patterns, one of which (`SliceOpConcatSimplify` on an empty slice
+        // of a concatenate with empty operands) throws a C++ exception that
+        // would abort the process. Random draws still advance their state.
+        op if node.shape.numel() == 0 && !matches!(op, Op::RandomUniform { .. }) => {
+            e.constant(Literal::Int(0), &node.shape, node.dtype)
+        }
         Op::Constant { value, .. } => e.constant(*value, &node.shape, node.dtype),
         Op::Arange {
             start,
@@ -198,11 +206,18 @@ fn slice(e: &mut Emitter<'_>, node: &Node, axis: usize, start: usize, len: usize
 /// All operands joined along `axis`.
 fn concat(e: &mut Emitter<'_>, node: &Node, axis: usize) -> String {
     let dt = node.dtype;
+    // Empty operands add nothing; leaving them out keeps them from XLA's
+    // concatenate patterns (see `lower_node`). The result is not empty here,
+    // so at least one operand remains.
     let args: Vec<(String, String)> = node
         .inputs
         .iter()
+        .filter(|&&i| e.graph.node(i).shape.numel() > 0)
         .map(|&i| (e.value(i), ty(&e.graph.node(i).shape, dt)))
         .collect();
+    if let [(only, _)] = args.as_slice() {
+        return only.clone();
+    }
     let refs: Vec<(&str, String)> = args.iter().map(|(v, t)| (v.as_str(), t.clone())).collect();
     e.op(
         "stablehlo.concatenate",
