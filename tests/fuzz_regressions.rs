@@ -375,3 +375,31 @@ fn empty_slice_of_concat_with_empty_operands_compiles() {
     };
     fuzz_support::check_program(&program, &common::dev()).unwrap();
 }
+
+/// Interpreter bug: f32 matmul multiplied in f64, so a product that
+/// overflows f32 (`-1e30 * -1e30`) stayed finite and `inf * x + 1e60` gave
+/// -inf where XLA, multiplying in f32, gets `-inf + inf = NaN` (fused and
+/// unfused alike). Fixed in `ir/src/interp/reduce.rs` (`matmul` rounds each
+/// product to f32 below f64).
+#[test]
+fn matmul_products_overflow_in_f32() {
+    let program = Program {
+        steps: vec![
+            Step::Input(HostTensor::from_f64(
+                &[f64::INFINITY, 0.0, -1e30, 0.0],
+                Shape::new(&[1, 4]),
+                DType::F32,
+            )), // v0
+            Step::Input(HostTensor::from_f64(
+                &[-0.098, 0.0, -1e30, 0.0],
+                Shape::new(&[4, 1]),
+                DType::F32,
+            )), // v1
+            Step::Apply {
+                op: Op::MatMul,
+                args: vec![0, 1],
+            }, // v2
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+}
