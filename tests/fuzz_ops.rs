@@ -4,11 +4,14 @@
 //! `fuzz_support::gen`), runs each fused (with mid-program reads, early
 //! drops and reads from other threads) and unfused, and checks every value
 //! against the reference interpreter with the dtype-aware tolerances
-//! documented in `fuzz_support::oracle`. A failure is shrunk by proptest to
-//! a minimal program and printed as a ready-to-paste `#[test]`; the bugs it
+//! documented in `fuzz_support::oracle`. A failure is shrunk by proptest
+//! (genes), then by `fuzz_support::shrink` (steps, shapes, values) to a
+//! minimal program and printed as a ready-to-paste `#[test]`; the bugs it
 //! found are kept as regression tests in `tests/fuzz_regressions.rs`.
 //!
 //! Knobs: `FUZZ_SEED` (u64, default fixed so CI is reproducible),
+//! `FUZZ_SEEDS=a..b` (a seed range, `a..=b` inclusive, each seed running
+//! `FUZZ_CASES` programs),
 //! `FUZZ_CASES` (programs; default 200 in release, 30 in debug builds) and
 //! `FUZZ_TRACE=PATH` (each program is written there, as a test, before it
 //! runs: when a program kills the process, the file holds it).
@@ -23,7 +26,7 @@ mod common;
 mod fuzz_support;
 
 use fuzz_support::values::{random_data, random_dims, random_dtype, Rng, FLOAT_SPECIALS};
-use fuzz_support::{build, check_program, Gene, Program, Step};
+use fuzz_support::{build, check_program, shrink_program, Gene, Program, Step};
 #[allow(unused_imports)]
 use lazyfuse::ir::{
     infer, Axes, BinaryOp, CmpOp, DType, HostTensor, Literal, Op, ReduceOp, Shape, UnaryOp,
@@ -64,11 +67,46 @@ fn gene() -> impl Strategy<Value = Gene> {
         })
 }
 
+/// The seeds to run: `FUZZ_SEEDS=a..b` (or `a..=b`) is a range, else
+/// `FUZZ_SEED` alone, else the fixed CI seed.
+fn seeds() -> Vec<u64> {
+    let Ok(range) = std::env::var("FUZZ_SEEDS") else {
+        return vec![env_u64("FUZZ_SEED").unwrap_or(DEFAULT_SEED)];
+    };
+    let parse = |v: &str| -> u64 {
+        let v = v.trim();
+        match v.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16),
+            None => v.parse(),
+        }
+        .unwrap_or_else(|_| panic!("FUZZ_SEEDS={range}: {v} is not a u64"))
+    };
+    let (a, b, inclusive) = match (range.split_once("..="), range.split_once("..")) {
+        (Some((a, b)), _) => (a, b, true),
+        (None, Some((a, b))) => (a, b, false),
+        _ => panic!("FUZZ_SEEDS={range} is not a range a..b or a..=b"),
+    };
+    let (a, b) = (parse(a), parse(b));
+    if inclusive {
+        (a..=b).collect()
+    } else {
+        (a..b).collect()
+    }
+}
+
 #[test]
 fn differential() {
-    let seed = env_u64("FUZZ_SEED").unwrap_or(DEFAULT_SEED);
     let default_cases = if cfg!(debug_assertions) { 30 } else { 200 };
     let cases = env_u64("FUZZ_CASES").unwrap_or(default_cases) as u32;
+    for seed in seeds() {
+        differential_seed(seed, cases);
+    }
+}
+
+/// `cases` random programs from `seed`; a failure is shrunk by proptest
+/// (genes), then by [`fuzz_support::shrink_program`] (steps, shapes and
+/// values), and printed as a test.
+fn differential_seed(seed: u64, cases: u32) {
     let dev = common::dev();
     let config = Config {
         cases,
@@ -116,9 +154,11 @@ fn differential() {
         Ok(()) => {}
         Err(TestError::Fail(why, genes)) => {
             let p: Program = build(&genes);
+            let small = shrink_program(&p, 3000, &mut |q| check_program(q, &dev).is_err());
+            let why = check_program(&small, &dev).err().unwrap_or(why.to_string());
             panic!(
                 "fuzz_ops (FUZZ_SEED={seed:#x}) found a mismatch:\n{why}\n\nminimal program as a test:\n\n{}",
-                p.to_rust_test("fuzz_regression_name_me")
+                small.to_rust_test("fuzz_regression_name_me")
             );
         }
         Err(TestError::Abort(why)) => panic!("fuzz_ops aborted: {why}"),

@@ -15,7 +15,7 @@
 mod fuzz_support;
 
 use arbitrary::{Result, Unstructured};
-use fuzz_support::{build, check_program, shrink, Gene};
+use fuzz_support::{build, check_program, shrink, shrink_program, Gene};
 use lazyfuse::Device;
 use std::sync::OnceLock;
 
@@ -59,10 +59,13 @@ fn check(data: &[u8]) {
     }
     if let Some(why) = fails(&gs) {
         let min = shrink(&gs, &mut |g| fails(g).is_some());
-        let why_min = fails(&min).unwrap_or(why);
+        let small = shrink_program(&build(&min), 3000, &mut |p| {
+            check_program(p, device()).is_err()
+        });
+        let why_min = check_program(&small, device()).err().unwrap_or(why);
         panic!(
             "fuzz_ops mismatch:\n{why_min}\n\nminimal program as a test:\n\n{}",
-            build(&min).to_rust_test("fuzz_regression_name_me")
+            small.to_rust_test("fuzz_regression_name_me")
         );
     }
 }

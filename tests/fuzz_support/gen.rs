@@ -12,6 +12,7 @@
 use super::program::{Program, Step};
 use super::values::{
     literal_for, random_data, random_dim, random_dims, random_dtype, scalar_candidates, Rng,
+    FLOAT_SPECIALS,
 };
 use lazyfuse::ir::{infer, Axes, BinaryOp, CmpOp, DType, Op, ReduceOp, Shape, UnaryOp};
 
@@ -50,6 +51,12 @@ enum Action {
     Slice,
     Concat,
     MatMul,
+    /// A conversion to a float type and, right after it, arithmetic on the
+    /// converted value (what fusion merges: `convert` then `mul`/`add`...).
+    CastArith,
+    /// Two scalar ops in a row on one value, one with a special value
+    /// (NaN, ±Inf, ±0, subnormal) and one with an ordinary, lifted one.
+    ScalarChain,
     Read,
     Drop,
     ReadOnThread,
@@ -57,7 +64,7 @@ enum Action {
 }
 
 /// Weighted action table, indexed by `kind % 64`.
-const ACTIONS: [(Action, usize); 21] = [
+const ACTIONS: [(Action, usize); 23] = [
     (Action::Input, 3),
     (Action::Full, 2),
     (Action::Arange, 1),
@@ -75,6 +82,8 @@ const ACTIONS: [(Action, usize); 21] = [
     (Action::Slice, 3),
     (Action::Concat, 2),
     (Action::MatMul, 3),
+    (Action::CastArith, 4),
+    (Action::ScalarChain, 3),
     (Action::Read, 3),
     (Action::Drop, 2),
     (Action::ReadOnThread, 2),
@@ -179,6 +188,22 @@ impl Builder {
         let (shape, dtype) = infer(&op, &operands).ok()?;
         self.steps.push(Step::Apply { op, args });
         Some(self.define(shape, dtype))
+    }
+
+    /// Records the typed scalar method `op` of `value` on `x` if inference
+    /// accepts it.
+    fn scalar(&mut self, x: usize, op: Op, value: f64) -> Option<usize> {
+        let dtype = self.vals[x].dtype;
+        let c = Op::Constant {
+            value: literal_for(value, dtype),
+            shape: Shape::scalar(),
+            dtype,
+        };
+        let scalar = Shape::scalar();
+        infer(&c, &[]).ok()?;
+        let (shape, out) = infer(&op, &[(&self.vals[x].shape, dtype), (&scalar, dtype)]).ok()?;
+        self.steps.push(Step::Scalar { op, arg: x, value });
+        Some(self.define(shape, out))
     }
 
     /// A shape that broadcasts with `dims`: some dims set to 1, leading dims
@@ -307,24 +332,39 @@ impl Builder {
                     Op::Compare(CmpOp::ALL[(g.b / 2) as usize % CmpOp::ALL.len()])
                 };
                 let cands = scalar_candidates(dtype);
-                let value = cands[g.c as usize % cands.len()];
-                let c = Op::Constant {
-                    value: literal_for(value, dtype),
-                    shape: Shape::scalar(),
-                    dtype,
+                self.scalar(x, op, cands[g.c as usize % cands.len()]);
+            }
+            Action::CastArith => {
+                let x = match self.pick(g.a / 2, &|v| v.dtype == DType::Bool) {
+                    Some(b) if g.a % 2 == 0 => b,
+                    _ => self.pick_or_input(g.a / 2, &any, Self::any_input),
                 };
-                let scalar = Shape::scalar();
-                let ok = infer(&c, &[]).is_ok()
-                    && infer(&op, &[(&self.vals[x].shape, dtype), (&scalar, dtype)]).is_ok();
-                if ok {
-                    let shape = self.vals[x].shape.clone();
-                    let out = if matches!(op, Op::Compare(_)) {
-                        DType::Bool
-                    } else {
-                        dtype
-                    };
-                    self.steps.push(Step::Scalar { op, arg: x, value });
-                    self.define(shape, out);
+                let to = [DType::F32, DType::F64, DType::F16, DType::BF16][g.b as usize % 4];
+                let Some(f) = self.apply(Op::Convert(to), vec![x]) else {
+                    return;
+                };
+                let b = BinaryOp::ALL[(g.b / 4) as usize % BinaryOp::ALL.len()];
+                if g.c % 3 == 0 {
+                    let y = self.partner(f, g.c / 3);
+                    self.apply(Op::Binary(b), vec![f, y]);
+                } else {
+                    let cands = scalar_candidates(to);
+                    self.scalar(f, Op::Binary(b), cands[g.c as usize % cands.len()]);
+                }
+            }
+            Action::ScalarChain => {
+                let x = self.pick_or_input(g.a, &|v| v.dtype.is_float(), Self::float_input);
+                let specials = &FLOAT_SPECIALS;
+                let special = specials[g.c as usize % specials.len()];
+                let plain = [0.5, 2.0, -3.0, 1e-3][(g.c >> 8) as usize % 4];
+                let (first, second) = if g.c & 0x80 != 0 {
+                    (special, plain)
+                } else {
+                    (plain, special)
+                };
+                let op = |k: u16| Op::Binary(BinaryOp::ALL[k as usize % BinaryOp::ALL.len()]);
+                if let Some(y) = self.scalar(x, op(g.b), first) {
+                    self.scalar(y, op(g.b >> 8), second);
                 }
             }
             Action::Select => {

@@ -6,14 +6,17 @@
 //! - [`program`]: the program representation and its Rust printing;
 //! - [`oracle`]: runs a program fused and unfused and checks every observed
 //!   value against the reference interpreter (tolerances documented there);
+//! - [`shrink`]: program-level shrinking of a failing program;
 //! - [`values`]: deterministic shapes, dtypes and special values.
 #![allow(dead_code, unused_imports)]
 
 pub mod gen;
 pub mod oracle;
 pub mod program;
+pub mod shrink;
 pub mod values;
 
 pub use gen::{build, shrink, Gene};
 pub use oracle::check_program;
 pub use program::{Program, Step};
+pub use shrink::shrink_program;
