@@ -84,12 +84,13 @@ pub(super) fn run(root: &Tensor, retain: bool, loc: &'static Location<'static>) 
         return bad("this tensor does not require grad: no input was marked with set_requires_grad(true) (or it was computed under no_grad)".into());
     };
     let _ng = NoGradGuard::new();
-    let seed = root.ones_like()?;
     if let Meta::Leaf { grad, .. } = &*rm {
-        accumulate(&mut grad.lock(), seed)?;
+        accumulate(&mut grad.lock(), root.ones_like()?)?;
         return Ok(());
     }
+    // Ordering first: a released graph is an `Err` that must record nothing.
     let order = topo_order(&rm, loc)?;
+    let seed = root.ones_like()?;
     let mut grads: HashMap<usize, Tensor> = HashMap::new();
     grads.insert(key(&rm), seed);
     for m in &order {

@@ -5,6 +5,20 @@ use super::{join, Dropout, LayerNorm, Linear, Module, Param};
 use crate::{DType, Device, Error, Result, Tensor};
 use std::panic::Location;
 
+/// `Err` unless `x` is `[B, T, C]` (checked before anything is recorded).
+#[track_caller]
+fn check_btc(op: &'static str, x: &Tensor) -> Result<()> {
+    if x.rank() == 3 {
+        return Ok(());
+    }
+    Err(Error::op(
+        op,
+        format!("needs a [B, T, C] input, got rank {}", x.rank()),
+        x.describe(),
+        Location::caller(),
+    ))
+}
+
 /// Multi-head self-attention where position `t` attends to positions `<= t`.
 pub struct CausalSelfAttention {
     /// Fused query/key/value projection `C -> 3C`.
@@ -44,6 +58,7 @@ impl CausalSelfAttention {
 impl Module for CausalSelfAttention {
     /// `x`: `[B, T, C]` to `[B, T, C]`.
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        check_btc("CausalSelfAttention::forward", x)?;
         let (b, t, c) = (x.dims()[0], x.dims()[1], x.dims()[2]);
         let (h, hd) = (self.n_head, c / self.n_head);
         let qkv = self.c_attn.forward(x)?;
@@ -113,6 +128,7 @@ impl Block {
 
 impl Module for Block {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        check_btc("Block::forward", x)?;
         let x = x.add(&self.attn.forward(&self.ln_1.forward(x)?)?)?;
         let m = self.c_fc.forward(&self.ln_2.forward(&x)?)?.gelu()?;
         x.add(&self.drop.forward(&self.c_proj.forward(&m)?)?)

@@ -191,6 +191,14 @@ impl Module for Embedding {
     #[track_caller]
     fn forward(&self, ids: &Tensor) -> Result<Tensor> {
         let w = self.weight.tensor();
+        if !ids.dtype().is_int() {
+            return Err(Error::op(
+                "embedding",
+                format!("ids must be integer, got {}", ids.dtype()),
+                w.describe(),
+                Location::caller(),
+            ));
+        }
         let rows = w.index_select(0, &ids.reshape(&[ids.numel()])?)?;
         let mut dims = ids.dims().to_vec();
         dims.push(w.dims()[1]);

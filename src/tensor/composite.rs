@@ -9,7 +9,7 @@
 
 use super::Tensor;
 use crate::{Error, Result};
-use lazyfuse_ir::DType;
+use lazyfuse_ir::{BinaryOp, DType, Op, Shape};
 use std::panic::Location;
 
 #[track_caller]
@@ -18,6 +18,17 @@ fn op_err(op: &'static str, detail: impl std::fmt::Display, operands: String) ->
 }
 
 impl Tensor {
+    /// Checks what a softmax-family composite needs (a float tensor, a valid
+    /// axis) before it records anything, so an `Err` leaves no node behind.
+    #[track_caller]
+    fn check_softmax(&self, op: &'static str, axis: isize) -> Result<()> {
+        self.axis(op, axis, self.rank(), Location::caller())?;
+        if !self.dtype().is_float() {
+            return Err(op_err(op, "needs a float tensor", self.describe()));
+        }
+        Ok(())
+    }
+
     /// The maximum along `axis` (kept), recorded untracked: the composites
     /// below subtract it only for range, and are shift-invariant in it.
     /// Non-finite maxima become 0 so all-`-inf` rows do not turn into NaN.
@@ -32,6 +43,7 @@ impl Tensor {
     /// `exp(x) / sum(exp(x))` along `axis`, computed stably.
     #[track_caller]
     pub fn softmax(&self, axis: isize) -> Result<Tensor> {
+        self.check_softmax("softmax", axis)?;
         let e = self.sub(&self.stable_shift(axis)?)?.exp()?;
         e.div(&e.sum(&[axis], true)?)
     }
@@ -39,6 +51,7 @@ impl Tensor {
     /// `log(softmax(x))` along `axis`, computed stably.
     #[track_caller]
     pub fn log_softmax(&self, axis: isize) -> Result<Tensor> {
+        self.check_softmax("log_softmax", axis)?;
         let s = self.sub(&self.stable_shift(axis)?)?;
         s.sub(&s.exp()?.sum(&[axis], true)?.log()?)
     }
@@ -46,6 +59,7 @@ impl Tensor {
     /// `log(sum(exp(x)))` along `axis`, computed stably.
     #[track_caller]
     pub fn logsumexp(&self, axis: isize, keepdim: bool) -> Result<Tensor> {
+        self.check_softmax("logsumexp", axis)?;
         let m = self.stable_shift(axis)?;
         let r = self.sub(&m)?.exp()?.sum(&[axis], true)?.log()?.add(&m)?;
         if keepdim {
@@ -157,6 +171,18 @@ impl Tensor {
     /// `value` where the bool `mask` (broadcast) holds, `self` elsewhere.
     #[track_caller]
     pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Result<Tensor> {
+        // Validate the select before recording the fill value.
+        let scalar = Shape::scalar();
+        let operands = [
+            (mask.shape(), mask.dtype()),
+            (&scalar, self.dtype()),
+            (self.shape(), self.dtype()),
+        ];
+        let loc = Location::caller();
+        lazyfuse_ir::infer(&Op::Select, &operands).map_err(|e| {
+            let operands = format!("{}, {}", self.describe(), mask.describe());
+            Error::op("masked_fill", e, operands, loc)
+        })?;
         let v = Tensor::full(value, &[], self.dtype(), self.device())?;
         mask.where_cond(&v, self)
     }
@@ -171,6 +197,9 @@ impl Tensor {
                 self.describe(),
             ));
         }
+        // Both bounds must be valid scalars of the dtype before either op is recorded.
+        self.scalar_operand("clamp", lo, Location::caller())?;
+        self.scalar_operand("clamp", hi, Location::caller())?;
         self.maximum_scalar(lo)?.minimum_scalar(hi)
     }
 
@@ -191,6 +220,18 @@ impl Tensor {
         bias: Option<&Tensor>,
         eps: f64,
     ) -> Result<Tensor> {
+        // The affine operands must fit before anything is recorded.
+        let loc = Location::caller();
+        let mut shape = self.shape().clone();
+        for p in [weight, bias].into_iter().flatten() {
+            let operands = [(&shape, self.dtype()), (p.shape(), p.dtype())];
+            shape = lazyfuse_ir::infer(&Op::Binary(BinaryOp::Mul), &operands)
+                .map_err(|e| {
+                    let operands = format!("{}, {}", self.describe(), p.describe());
+                    Error::op("layer_norm", e, operands, loc)
+                })?
+                .0;
+        }
         let mu = self.mean(&[-1], true)?;
         let xc = self.sub(&mu)?;
         let var = xc.mul(&xc)?.mean(&[-1], true)?;
@@ -223,6 +264,13 @@ impl Tensor {
         if p == 1.0 {
             return self.mul_scalar(0.0);
         }
+        // The scaling must be valid for the dtype before the mask is recorded.
+        let scalar = Shape::scalar();
+        let operands = [(self.shape(), self.dtype()), (&scalar, self.dtype())];
+        let loc = Location::caller();
+        lazyfuse_ir::infer(&Op::Binary(BinaryOp::Mul), &operands)
+            .map_err(|e| Error::op("dropout", e, self.describe(), loc))?;
+        self.scalar_operand("dropout", 1.0 / (1.0 - p), loc)?;
         let dt = if self.dtype().is_float() {
             self.dtype()
         } else {
