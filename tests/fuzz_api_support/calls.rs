@@ -1,0 +1,138 @@
+//! The calls of `fuzz_api.rs`: a small deterministic RNG and the call
+//! set (ops, layers, autograd, optimizer steps, reads), each call a value
+//! both devices run the same way.
+
+use lazyfuse::ir::SplitMix64;
+use lazyfuse::DType;
+
+pub struct Rng(pub SplitMix64);
+impl Rng {
+    pub fn below(&mut self, n: usize) -> usize {
+        self.0.below(n.max(1))
+    }
+    pub fn one_in(&mut self, n: usize) -> bool {
+        self.below(n) == 0
+    }
+    pub fn pick<T: Clone>(&mut self, v: &[T]) -> T {
+        v[self.below(v.len())].clone()
+    }
+    pub fn axis(&mut self) -> isize {
+        self.below(9) as isize - 4
+    }
+    pub fn dims(&mut self) -> Vec<usize> {
+        (0..self.below(4)).map(|_| 1 + self.below(4)).collect()
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum U {
+    Neg,
+    Abs,
+    Exp,
+    Tanh,
+    Sigmoid,
+    Relu,
+    Gelu,
+    GeluExact,
+    Sin,
+    Cos,
+    Erf,
+    Floor,
+    Log1Abs,
+    SqrtAbs,
+    Rsqrt1Abs,
+}
+#[derive(Clone, Copy, Debug)]
+pub enum B {
+    Add,
+    Sub,
+    Mul,
+    Max,
+    Min,
+    DivSafe,
+    OpAdd,
+}
+#[derive(Clone, Copy, Debug)]
+pub enum Sc {
+    Add,
+    Mul,
+    Div,
+    Pow,
+    Max,
+    Lhs,
+}
+#[derive(Clone, Copy, Debug)]
+pub enum R {
+    Sum,
+    Mean,
+    Max,
+    Min,
+}
+#[derive(Clone, Copy, Debug)]
+pub enum Sm {
+    Softmax,
+    LogSoftmax,
+    LogSumExp(bool),
+}
+#[derive(Clone, Copy, Debug)]
+pub enum Layer {
+    Linear,
+    Norm,
+    Embedding,
+    Dropout,
+    Block,
+}
+
+/// One public API call on pool entries (indices), with its arguments.
+#[derive(Clone, Debug)]
+pub enum Call {
+    Leaf {
+        dims: Vec<usize>,
+        dtype: DType,
+        seed: u64,
+        grad: bool,
+    },
+    Unary(U, usize),
+    Binary(B, usize, usize),
+    Scalar(Sc, usize, f64),
+    Compare(usize, usize),
+    CompareScalar(usize, f64),
+    Where(usize, usize, usize),
+    Reduce(R, usize, Vec<isize>, bool),
+    ReduceAll(R, usize),
+    Argmax(usize, isize, bool),
+    Softmax(Sm, usize, isize),
+    Reshape(usize, Vec<usize>),
+    Permute(usize, Vec<usize>),
+    Transpose(usize, isize, isize),
+    Narrow(usize, isize, usize, usize),
+    Squeeze(usize, isize),
+    Unsqueeze(usize, isize),
+    Cat(usize, usize, isize),
+    Matmul(usize, usize),
+    BroadcastTo(usize, Vec<usize>),
+    ToDtype(usize, DType),
+    Clamp(usize, f64, f64),
+    MaskedFill(usize, usize, f64),
+    LayerNormFn(usize, Option<usize>, Option<usize>),
+    CrossEntropy(usize, Vec<i64>, Option<i64>),
+    Gather(usize, isize, Vec<i64>, Vec<usize>),
+    DropoutFn(usize, f64, i64, bool),
+    Forward(Layer, usize),
+    EmbeddingIds(Vec<i64>, Vec<usize>),
+    ParamTensor(usize),
+    SetRequiresGrad(usize, bool),
+    WithGrad(usize),
+    Detach(usize),
+    NoGrad(Box<Call>),
+    Backward(usize, bool),
+    /// `mean_all` then `backward` (or `backward_retain_graph`).
+    Loss(usize, bool),
+    Grad(usize),
+    ZeroGrad(usize),
+    Step,
+    OptZeroGrad,
+    Read(usize),
+    Item(usize),
+    Sync,
+}
