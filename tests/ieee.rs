@@ -165,6 +165,27 @@ fn additions_of_constants_are_not_reassociated() {
     });
 }
 
+/// A subnormal float constant is stored as zero of its sign, as arithmetic
+/// reads it at run time: the compiler folded `log` of a negative subnormal
+/// constant with IEEE host arithmetic to NaN (`log(-0) = -inf` at run time)
+/// and `rsqrt` of a positive one to 1e20 (`rsqrt(0) = inf`). The values
+/// themselves read back as zeros on every path.
+#[test]
+fn subnormal_constants_are_zeros_for_the_compiler_too() {
+    let one = [1.0f32, 2.0];
+    let full = |v: f64, x: &Tensor| Tensor::full(v, &[2], DType::F32, x.device());
+    agree(&[&one], &[f32::NEG_INFINITY; 2], |x| {
+        full(-1e-40, &x[0])?.log()
+    });
+    agree(&[&one], &[f32::INFINITY; 2], |x| {
+        full(1e-40, &x[0])?.rsqrt()
+    });
+    agree(&[&one], &[-0.0, -0.0], |x| full(-1e-40, &x[0]));
+    agree(&[&one], &[f32::NEG_INFINITY; 2], |x| {
+        x[0].mul_scalar(0.0)?.add_scalar(-1e-40)?.log()
+    });
+}
+
 /// `a*b + c` in one region may be one fused multiply-add (the README's
 /// semantics); with `LAZYFUSE_STRICT_FP=1` it never is, and fused equals
 /// unfused bit for bit. The strict half runs in a child process (the

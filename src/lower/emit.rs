@@ -27,13 +27,11 @@ pub fn i64_array(v: impl IntoIterator<Item = usize>) -> String {
 
 /// Exact MLIR spelling of `value` converted to `dtype` (hex bit patterns for
 /// floats so NaN, infinities, -0.0 and subnormals survive).
+/// The bits are the interpreter's (`interp::scalar_constant`: subnormals of
+/// flushing dtypes stored as zero), so nothing the compiler folds from a
+/// constant can differ from run-time arithmetic.
 pub fn literal(value: Literal, dtype: DType) -> String {
-    let one = Shape::scalar();
-    let t = match value {
-        Literal::Float(f) => HostTensor::from_f64(&[f], one, dtype),
-        Literal::Int(i) => HostTensor::from_i64(&[i], one, dtype),
-        Literal::Bool(b) => HostTensor::from_i64(&[b as i64], one, dtype),
-    };
+    let t = lazyfuse_ir::interp::scalar_constant(value, dtype);
     match dtype {
         DType::Bool => (if t.bytes[0] != 0 { "true" } else { "false" }).to_string(),
         DType::U8 => t.bytes[0].to_string(),

@@ -23,6 +23,15 @@
 //!   becomes `|a|`, `abs(x) >= 0` folds to true (false for NaN), `a/sqrt(b)`
 //!   becomes `a*rsqrt(b)` (an approximation), constants are reassociated. No
 //!   option guards those rewrites; the pass is off as a whole.
+//! - `xla_disable_hlo_passes` also names `constant_folding`: it evaluates
+//!   expressions of constants at compile time with the host's arithmetic
+//!   (IEEE subnormals, libm transcendentals) where the same ops at run time
+//!   flush subnormals and use XLA's own approximations, so a region whose
+//!   operands were constants could answer differently from the ops run one
+//!   by one. Subnormal constants are also stored flushed
+//!   (`lazyfuse_ir::interp::scalar_constant`), because LLVM folds what it
+//!   sees inside a fused kernel as well
+//!   (`tests/ieee.rs::subnormal_constants_are_zeros_for_the_compiler_too`).
 //! - `xla_cpu_enable_fast_min_max` off: on by default, `max`/`min` then
 //!   drop a NaN depending on operand order; off, they propagate it.
 //! - With `LAZYFUSE_STRICT_FP=1`, `xla_cpu_max_isa = "AVX"`: fused loops
@@ -110,7 +119,7 @@ fn overrides(strict_fp: bool) -> BTreeMap<String, OptionOverrideProto> {
         ),
         (
             "xla_disable_hlo_passes".to_string(),
-            set(OptionValue::String("algsimp".into())),
+            set(OptionValue::String("algsimp,constant_folding".into())),
         ),
         (
             "xla_cpu_enable_fast_min_max".to_string(),
@@ -160,8 +169,9 @@ mod tests {
         };
         entry(b"xla_allow_excess_precision", &[0x10, 0x00]);
         entry(b"xla_cpu_enable_fast_min_max", &[0x10, 0x00]);
-        let mut algsimp = vec![0x0a, 7];
-        algsimp.extend_from_slice(b"algsimp");
+        let passes = b"algsimp,constant_folding";
+        let mut algsimp = vec![0x0a, passes.len() as u8];
+        algsimp.extend_from_slice(passes);
         entry(b"xla_disable_hlo_passes", &algsimp);
         if crate::config::strict_fp() {
             let mut avx = vec![0x0a, 3];

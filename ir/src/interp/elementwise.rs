@@ -306,16 +306,40 @@ pub(crate) fn convert(x: &HostTensor, to: DType) -> HostTensor {
 /// float source, an int literal an i64 source, a bool a bool source), repeated
 /// over `shape`.
 pub(crate) fn constant(value: Literal, shape: &Shape, dtype: DType) -> HostTensor {
-    // A literal is stored, not computed: no flushing.
+    let one = scalar_constant(value, dtype);
+    HostTensor {
+        shape: shape.clone(),
+        dtype,
+        bytes: one.bytes.repeat(shape.numel()),
+    }
+}
+
+/// The rank-0 value a constant literal stores in `dtype`: rounded to the
+/// dtype, and a subnormal of a flushing dtype (see [`flush_threshold`])
+/// stored as zero of its sign.
+///
+/// Why: arithmetic reads such a subnormal as zero at run time, but a
+/// constant is visible to the compiler, which folds expressions of it
+/// with IEEE host arithmetic (XLA's constant folding, LLVM's inside a fused
+/// kernel): `log(full(-1e-40))` became NaN fused and `-inf` unfused. Stored
+/// flushed, every path computes from the same zero. The lowering and the
+/// lifted-scalar packs take constants' bits from here.
+pub fn scalar_constant(value: Literal, dtype: DType) -> HostTensor {
     let one = match value {
         Literal::Float(v) => HostTensor::from_f64(&[v], Shape::scalar(), dtype),
         Literal::Int(v) => HostTensor::from_i64(&[v], Shape::scalar(), dtype),
         Literal::Bool(b) => HostTensor::from_i64(&[b as i64], Shape::scalar(), dtype),
     };
-    HostTensor {
-        shape: shape.clone(),
-        dtype,
-        bytes: one.bytes.repeat(shape.numel()),
+    match flush_threshold(dtype) {
+        Some(t) => {
+            let v = one.to_f64_vec()[0];
+            if v != 0.0 && v.abs() < t {
+                HostTensor::from_f64(&[0.0f64.copysign(v)], Shape::scalar(), dtype)
+            } else {
+                one
+            }
+        }
+        None => one,
     }
 }
 

@@ -22,6 +22,7 @@ mod index;
 mod layout;
 mod reduce;
 
+pub use elementwise::scalar_constant;
 pub use index::{mix32, random_bits};
 
 use crate::{infer, Graph, HostTensor, InferError, NodeId, Op, Operand};
