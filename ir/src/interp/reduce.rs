@@ -145,17 +145,13 @@ pub(crate) fn matmul(a: &HostTensor, b: &HostTensor, shape: Shape) -> HostTensor
             .collect()
     };
     let (a_base, b_base) = (bases(&a.shape, m * k), bases(&b.shape, k * n));
-    // Below f64 each product is rounded to f32, XLA's accumulation type for
-    // f32 and the half types: a product that overflows f32 is ±inf there,
-    // so `inf * x + 1e30 * 1e30` is NaN on the device as here, not -inf.
-    let narrow = a.dtype != DType::F64;
     let out = match (Values::of(a), Values::of(b)) {
         (Values::F(x), Values::F(y)) => Values::F(contract(
             (&x, &a_base),
             (&y, &b_base),
             (m, k, n),
             0.0,
-            |s, p, q| s + if narrow { (p * q) as f32 as f64 } else { p * q },
+            |s, p, q| s + p * q,
         )),
         (Values::I(x), Values::I(y)) => Values::I(contract(
             (&x, &a_base),
