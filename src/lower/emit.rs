@@ -1,6 +1,6 @@
 //! Text emission helpers shared by the op lowerings.
 
-use lazyfuse_ir::{CmpOp, DType, Graph, HostTensor, Literal, NodeId, Shape};
+use lazyfuse_ir::{CmpOp, DType, Graph, Literal, NodeId, Shape};
 use std::fmt::Write;
 use std::panic::Location;
 
