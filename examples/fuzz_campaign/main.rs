@@ -148,7 +148,7 @@ fn main() {
     std::thread::scope(|s| {
         for worker in 0..o.jobs {
             let (o, dev, bar) = (o.clone(), dev.clone(), bar.clone());
-            let (next, coverage, findings) = (&next, &coverage, &findings);
+            let (next, coverage, findings, start) = (&next, &coverage, &findings, &start);
             s.spawn(move || {
                 let current = o.out.join(format!("worker{worker}.rs"));
                 let mut local = Coverage::default();
@@ -172,6 +172,17 @@ fn main() {
                         bar.set_message(format!("{} failing", all.len()));
                     }
                     bar.inc(1);
+                    let done = bar.position();
+                    if bar.is_hidden() && done % 250 == 0 {
+                        // Not a terminal (a log file): a plain line instead.
+                        let secs = start.elapsed().as_secs_f64();
+                        let failing = findings.lock().unwrap().len();
+                        eprintln!(
+                            "{done}/{} programs, {secs:.0} s, {:.2} programs/s, {failing} failing",
+                            o.programs,
+                            done as f64 / secs
+                        );
+                    }
                 }
                 let _ = std::fs::remove_file(&current);
                 coverage.lock().unwrap().merge(local);
