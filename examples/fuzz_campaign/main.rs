@@ -34,6 +34,7 @@ use fuzz_support::values::Rng;
 use fuzz_support::{build, check_program, shrink_program, Gene, Program};
 use indicatif::{ProgressBar, ProgressStyle};
 use lazyfuse::Device;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -173,7 +174,7 @@ fn main() {
                     }
                     bar.inc(1);
                     let done = bar.position();
-                    if bar.is_hidden() && done % 250 == 0 {
+                    if !std::io::stderr().is_terminal() && done % 250 == 0 {
                         // Not a terminal (a log file): a plain line instead.
                         let secs = start.elapsed().as_secs_f64();
                         let failing = findings.lock().unwrap().len();

@@ -35,6 +35,10 @@ pub fn all() -> Vec<Workload> {
             name: "transformer_block_fwd",
             build: transformer_block_fwd,
         },
+        Workload {
+            name: "decode_kv",
+            build: decode_kv,
+        },
     ]
 }
 
@@ -202,6 +206,123 @@ fn transformer_block_fwd(dev: &Device) -> Result<Step> {
         let h2 = layer_norm(&x1, &ln_g, &ln_b)?;
         let y2 = gelu(&h2.matmul(&w1)?.add(&b1)?)?.matmul(&w2)?.add(&b2)?;
         x1.add(&y2)?.realize()?;
+        Ok(())
+    }))
+}
+
+/// One decoder block's weights (`decode_kv`).
+struct Layer {
+    ln1_g: Tensor,
+    ln1_b: Tensor,
+    wqkv: Tensor,
+    bqkv: Tensor,
+    wo: Tensor,
+    bo: Tensor,
+    ln2_g: Tensor,
+    ln2_b: Tensor,
+    w1: Tensor,
+    b1: Tensor,
+    w2: Tensor,
+    b2: Tensor,
+}
+
+/// Greedy generation with a KV cache grown by `cat`, the way Hugging Face's
+/// dynamic cache does it: no padding, the next token read on the host.
+fn decode_kv(dev: &Device) -> Result<Step> {
+    let (vocab, c, nh, n_layer, ctx, new_tokens) = (512usize, 256, 4, 2, 128, 96);
+    let hd = c / nh;
+    let dev = dev.clone();
+    let mut seed = 30;
+    let mut w = |dims: &[usize]| -> Result<Tensor> {
+        seed += 1;
+        materialized(Tensor::randn(dims, seed, &dev)?.mul_scalar(0.02)?)
+    };
+    let ones = |n: usize| materialized(Tensor::ones(&[n], DType::F32, &dev)?);
+    let zeros = |n: usize| materialized(Tensor::zeros(&[n], DType::F32, &dev)?);
+    let (wte, wpe, head) = (w(&[vocab, c])?, w(&[ctx, c])?, w(&[c, vocab])?);
+    let (lnf_g, lnf_b) = (ones(c)?, zeros(c)?);
+    let mut layers = Vec::new();
+    for _ in 0..n_layer {
+        layers.push(Layer {
+            ln1_g: ones(c)?,
+            ln1_b: zeros(c)?,
+            wqkv: w(&[c, 3 * c])?,
+            bqkv: zeros(3 * c)?,
+            wo: w(&[c, c])?,
+            bo: zeros(c)?,
+            ln2_g: ones(c)?,
+            ln2_b: zeros(c)?,
+            w1: w(&[c, 4 * c])?,
+            b1: zeros(4 * c)?,
+            w2: w(&[4 * c, c])?,
+            b2: zeros(c)?,
+        });
+    }
+    let forward = move |ids: &[i64],
+                        pos0: usize,
+                        cache: &mut Vec<Option<(Tensor, Tensor)>>|
+          -> Result<Tensor> {
+        let t = ids.len();
+        let idx = Tensor::from_slice(ids, &[t], &dev)?;
+        let mut x = wte.index_select(0, &idx)?.add(&wpe.narrow(0, pos0, t)?)?;
+        for (li, lp) in layers.iter().enumerate() {
+            let h = layer_norm(&x, &lp.ln1_g, &lp.ln1_b)?;
+            let qkv = h.matmul(&lp.wqkv)?.add(&lp.bqkv)?;
+            let heads = |k: usize| -> Result<Tensor> {
+                qkv.narrow(-1, k * c, c)?
+                    .reshape(&[t, nh, hd])?
+                    .transpose(0, 1)
+            };
+            let (q, mut k, mut v) = (heads(0)?, heads(1)?, heads(2)?);
+            if let Some((past_k, past_v)) = &cache[li] {
+                k = Tensor::cat(&[past_k, &k], 1)?;
+                v = Tensor::cat(&[past_v, &v], 1)?;
+            }
+            cache[li] = Some((k.clone(), v.clone()));
+            let s = k.dims()[1];
+            let mut att = q
+                .matmul(&k.transpose(-2, -1)?)?
+                .mul_scalar(1.0 / (hd as f64).sqrt())?;
+            if t > 1 {
+                // Query i sees keys up to i + (s - t).
+                let rows =
+                    Tensor::arange(0.0, t as f64, DType::I32, &dev)?.add_scalar((s - t) as f64)?;
+                let cols = Tensor::arange(0.0, s as f64, DType::I32, &dev)?;
+                let mask = rows.unsqueeze(1)?.lt(&cols.unsqueeze(0)?)?;
+                att = att.masked_fill(&mask, f64::NEG_INFINITY)?;
+            }
+            let y = att
+                .softmax(-1)?
+                .matmul(&v)?
+                .transpose(0, 1)?
+                .reshape(&[t, c])?;
+            x = x.add(&y.matmul(&lp.wo)?.add(&lp.bo)?)?;
+            let m = gelu(
+                &layer_norm(&x, &lp.ln2_g, &lp.ln2_b)?
+                    .matmul(&lp.w1)?
+                    .add(&lp.b1)?,
+            )?;
+            x = x.add(&m.matmul(&lp.w2)?.add(&lp.b2)?)?;
+        }
+        layer_norm(&x.narrow(0, t - 1, 1)?, &lnf_g, &lnf_b)?.matmul(&head)
+    };
+    let mut iteration = 0;
+    Ok(Box::new(move || {
+        let p = 8 + (7 * iteration) % 24;
+        let prompt: Vec<i64> = (0..p)
+            .map(|j| ((3 * j + iteration) % vocab) as i64)
+            .collect();
+        iteration += 1;
+        let mut cache = vec![None; n_layer];
+        let mut logits = forward(&prompt, 0, &mut cache)?;
+        let mut pos = p;
+        let mut out = Vec::with_capacity(new_tokens);
+        for _ in 0..new_tokens {
+            let tok = logits.argmax(-1, false)?.to_vec::<i64>()?[0];
+            out.push(tok);
+            logits = forward(&[tok], pos, &mut cache)?;
+            pos += 1;
+        }
         Ok(())
     }))
 }
