@@ -441,3 +441,39 @@ fn matmul_with_overflowing_products_of_both_signs() {
     };
     fuzz_support::check_program(&program, &common::dev()).unwrap();
 }
+
+/// Compiler crash: a matmul contracting over an empty axis (`[1, 0] x
+/// [0, 1]`) killed the process with SIGFPE in XLA's CPU dot emitter, which
+/// divides by the contraction length (found by fuzz_ops at the CI seed
+/// once the generator changed). Fixed in `src/lower/ops.rs`: such a matmul
+/// lowers to zeros, the empty sum.
+#[test]
+fn matmul_over_an_empty_axis_is_zeros() {
+    let program = Program {
+        steps: vec![
+            Step::Input(HostTensor::from_f64(&[], Shape::new(&[1, 0]), DType::F32)), // v0
+            Step::Input(HostTensor::from_f64(&[], Shape::new(&[0, 1]), DType::F32)), // v1
+            Step::Apply {
+                op: Op::MatMul,
+                args: vec![0, 1],
+            }, // v2
+            Step::Input(HostTensor::from_f64(
+                &[],
+                Shape::new(&[2, 3, 0]),
+                DType::F64,
+            )), // v3
+            Step::Input(HostTensor::from_f64(&[], Shape::new(&[0, 2]), DType::F64)), // v4
+            Step::Apply {
+                op: Op::MatMul,
+                args: vec![3, 4],
+            }, // v5
+            Step::Input(HostTensor::from_i64(&[], Shape::new(&[2, 0]), DType::I32)), // v6
+            Step::Input(HostTensor::from_i64(&[], Shape::new(&[0, 2]), DType::I32)), // v7
+            Step::Apply {
+                op: Op::MatMul,
+                args: vec![6, 7],
+            }, // v8
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+}

@@ -25,6 +25,12 @@ pub fn lower_node(e: &mut Emitter<'_>, id: NodeId) {
         op if node.shape.numel() == 0 && !matches!(op, Op::RandomUniform { .. }) => {
             e.constant(Literal::Int(0), &node.shape, node.dtype)
         }
+        // A contraction over an empty axis is a sum of nothing: zeros. XLA's
+        // CPU dot emitter divides by the contraction length while tiling and
+        // kills the process with SIGFPE when it is 0.
+        Op::MatMul if contraction_len(e, node) == 0 => {
+            e.constant(Literal::Int(0), &node.shape, node.dtype)
+        }
         Op::Constant { value, .. } => e.constant(*value, &node.shape, node.dtype),
         Op::Arange {
             start,
@@ -62,6 +68,12 @@ fn inject_compile_fault(e: &mut Emitter<'_>, node: &Node) {
             &ty(&node.shape, node.dtype),
         );
     }
+}
+
+/// The `k` of a matmul node: the last dim of its first operand.
+fn contraction_len(e: &Emitter<'_>, node: &Node) -> usize {
+    let a = &e.graph.node(node.inputs[0]).shape;
+    a.dims()[a.rank() - 1]
 }
 
 // ---- Operands ---------------------------------------------------------------
