@@ -315,13 +315,11 @@ fn decode_kv(dev: &Device) -> Result<Step> {
         iteration += 1;
         let mut cache = vec![None; n_layer];
         let mut logits = forward(&prompt, 0, &mut cache)?;
-        let mut pos = p;
         let mut out = Vec::with_capacity(new_tokens);
-        for _ in 0..new_tokens {
+        for pos in p..p + new_tokens {
             let tok = logits.argmax(-1, false)?.to_vec::<i64>()?[0];
             out.push(tok);
             logits = forward(&[tok], pos, &mut cache)?;
-            pos += 1;
         }
         Ok(())
     }))
