@@ -19,15 +19,22 @@
 //! operands × fused neighbours, and the combinations the generator never
 //! built. `--coverage PATH` writes the table as JSON.
 //!
+//! The campaign runs in a child process that a supervisor restarts after a
+//! crash, recording the crashing program (`supervise.rs`).
+//!
 //! Options: `--programs N` (default 1000), `--seed S` (default 1),
 //! `--jobs J` (worker threads, default: the cores), `--max-genes G`
 //! (default 24), `--out DIR` (default `target/fuzz_campaign`),
-//! `--coverage PATH`, `--replay I`, `--shrink-budget B` (default 2000).
+//! `--coverage PATH`, `--replay I`, `--shrink-budget B` (default 2000),
+//! `--start I` (first program index; the supervisor's restarts use it).
+//! `FUZZ_CAMPAIGN_ABORT_AT=I` makes the child abort at program `I`, to
+//! check the supervisor.
 
 #[path = "../../tests/fuzz_support/mod.rs"]
 mod fuzz_support;
 
 mod coverage;
+mod supervise;
 
 use coverage::Coverage;
 use fuzz_support::values::Rng;
@@ -49,6 +56,10 @@ struct Options {
     coverage: Option<PathBuf>,
     replay: Option<usize>,
     shrink_budget: usize,
+    /// First program index (the supervisor resumes after a crash with it).
+    start: usize,
+    /// Run the campaign in this process (set by the supervisor).
+    child: bool,
 }
 
 fn parse_args() -> Result<Options, String> {
@@ -61,6 +72,8 @@ fn parse_args() -> Result<Options, String> {
         coverage: None,
         replay: None,
         shrink_budget: 2000,
+        start: 0,
+        child: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -75,6 +88,8 @@ fn parse_args() -> Result<Options, String> {
             "--coverage" => o.coverage = Some(PathBuf::from(value()?)),
             "--replay" => o.replay = Some(num(value()?)? as usize),
             "--shrink-budget" => o.shrink_budget = num(value()?)? as usize,
+            "--start" => o.start = num(value()?)? as usize,
+            "--child" => o.child = true,
             "--help" | "-h" => return Err(String::new()),
             _ => return Err(format!("unknown option {flag}")),
         }
@@ -117,17 +132,38 @@ fn main() {
             std::process::exit(if e.is_empty() { 0 } else { 2 });
         }
     };
+    if !o.child {
+        std::fs::create_dir_all(&o.out).expect("creating --out");
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        std::process::exit(supervise::supervise(&supervise::Plan {
+            args: &args,
+            out: &o.out,
+            seed: o.seed,
+            max_genes: o.max_genes,
+            start: o.start,
+        }));
+    }
     let dev = Device::cpu().unwrap_or_else(|e| {
         eprintln!("fuzz_campaign: the XLA plugin did not load: {e}");
         std::process::exit(1)
     });
     std::fs::create_dir_all(&o.out).expect("creating --out");
+    // Checks the supervisor: the child aborts at this program index.
+    let abort_at: Option<usize> = std::env::var("FUZZ_CAMPAIGN_ABORT_AT")
+        .ok()
+        .and_then(|v| v.parse().ok());
     if let Some(i) = o.replay {
         let p = build(&genes(o.seed, i, o.max_genes));
         println!("{}", p.to_rust_test(&format!("seed{}_program{i}", o.seed)));
+        if abort_at == Some(i) {
+            std::process::abort();
+        }
         match check_program(&p, &dev) {
             Ok(()) => println!("program {i} of seed {}: passes", o.seed),
-            Err(e) => println!("program {i} of seed {}: FAILS\n{e}", o.seed),
+            Err(e) => {
+                println!("program {i} of seed {}: FAILS\n{e}", o.seed);
+                std::process::exit(1);
+            }
         }
         return;
     }
@@ -140,7 +176,8 @@ fn main() {
         .expect("a valid template")
         .progress_chars("=> "),
     );
-    let next = AtomicUsize::new(0);
+    let next = AtomicUsize::new(o.start);
+    bar.set_position(o.start as u64);
     let coverage = Mutex::new(Coverage::default());
     let findings: Mutex<Vec<Finding>> = Mutex::new(Vec::new());
     let start = Instant::now();
@@ -152,6 +189,7 @@ fn main() {
             let (next, coverage, findings, start) = (&next, &coverage, &findings, &start);
             s.spawn(move || {
                 let current = o.out.join(format!("worker{worker}.rs"));
+                let index = o.out.join(format!("worker{worker}.index"));
                 let mut local = Coverage::default();
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
@@ -161,7 +199,11 @@ fn main() {
                     let p = build(&genes(o.seed, i, o.max_genes));
                     let name = format!("seed{}_program{i}", o.seed);
                     std::fs::write(&current, p.to_rust_test(&name)).expect("writing worker file");
+                    std::fs::write(&index, i.to_string()).expect("writing worker index");
                     local.add(&p);
+                    if abort_at == Some(i) {
+                        std::process::abort();
+                    }
                     if let Err(why) = check_program(&p, &dev) {
                         let f = shrink_failure(&o, &dev, i, &p, why);
                         bar.println(format!("program {i}: FAILS, written to --out: {}", f.why));
@@ -181,11 +223,12 @@ fn main() {
                         eprintln!(
                             "{done}/{} programs, {secs:.0} s, {:.2} programs/s, {failing} failing",
                             o.programs,
-                            done as f64 / secs
+                            (done as usize - o.start) as f64 / secs
                         );
                     }
                 }
                 let _ = std::fs::remove_file(&current);
+                let _ = std::fs::remove_file(&index);
                 coverage.lock().unwrap().merge(local);
             });
         }
@@ -196,10 +239,11 @@ fn main() {
     let findings = findings.into_inner().unwrap();
     let coverage = coverage.into_inner().unwrap();
     println!(
-        "fuzz_campaign: seed {}: {} programs in {secs:.0} s ({:.2} programs/s, {} jobs), {} compiles ({:.0} s compiling), {} failing",
+        "fuzz_campaign: seed {}: programs {}..{} in {secs:.0} s ({:.2} programs/s, {} jobs), {} compiles ({:.0} s compiling), {} failing",
         o.seed,
+        o.start,
         o.programs,
-        o.programs as f64 / secs,
+        o.programs.saturating_sub(o.start) as f64 / secs,
         o.jobs,
         m1.compiles - m0.compiles,
         (m1.compile_ns - m0.compile_ns) as f64 * 1e-9,
