@@ -26,7 +26,11 @@
 //! `--jobs J` (worker threads, default: the cores), `--max-genes G`
 //! (default 24), `--out DIR` (default `target/fuzz_campaign`),
 //! `--coverage PATH`, `--replay I`, `--shrink-budget B` (default 2000),
-//! `--start I` (first program index; the supervisor's restarts use it).
+//! `--start I` (first program index; the supervisor's restarts use it),
+//! `--unfused-every N` (default 1: the unfused run, which compiles one
+//! executable per op and shape and so costs most of the time, checks one
+//! program in `N`; fused runs are always checked, and a failure found
+//! without it is still shrunk against the full check).
 //! `FUZZ_CAMPAIGN_ABORT_AT=I` makes the child abort at program `I`, to
 //! check the supervisor.
 
@@ -37,6 +41,7 @@ mod coverage;
 mod supervise;
 
 use coverage::Coverage;
+use fuzz_support::oracle::check_program_with;
 use fuzz_support::values::Rng;
 use fuzz_support::{build, check_program, shrink_program, Gene, Program};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -60,6 +65,8 @@ struct Options {
     start: usize,
     /// Run the campaign in this process (set by the supervisor).
     child: bool,
+    /// Run the unfused check for one program in this many.
+    unfused_every: usize,
 }
 
 fn parse_args() -> Result<Options, String> {
@@ -74,6 +81,7 @@ fn parse_args() -> Result<Options, String> {
         shrink_budget: 2000,
         start: 0,
         child: false,
+        unfused_every: 1,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -90,6 +98,7 @@ fn parse_args() -> Result<Options, String> {
             "--shrink-budget" => o.shrink_budget = num(value()?)? as usize,
             "--start" => o.start = num(value()?)? as usize,
             "--child" => o.child = true,
+            "--unfused-every" => o.unfused_every = (num(value()?)? as usize).max(1),
             "--help" | "-h" => return Err(String::new()),
             _ => return Err(format!("unknown option {flag}")),
         }
@@ -204,7 +213,8 @@ fn main() {
                     if abort_at == Some(i) {
                         std::process::abort();
                     }
-                    if let Err(why) = check_program(&p, &dev) {
+                    let unfused = i % o.unfused_every == 0;
+                    if let Err(why) = check_program_with(&p, &dev, unfused) {
                         let f = shrink_failure(&o, &dev, i, &p, why);
                         bar.println(format!("program {i}: FAILS, written to --out: {}", f.why));
                         let path = o.out.join(format!("fail_{name}.rs"));
@@ -239,12 +249,13 @@ fn main() {
     let findings = findings.into_inner().unwrap();
     let coverage = coverage.into_inner().unwrap();
     println!(
-        "fuzz_campaign: seed {}: programs {}..{} in {secs:.0} s ({:.2} programs/s, {} jobs), {} compiles ({:.0} s compiling), {} failing",
+        "fuzz_campaign: seed {}: programs {}..{} in {secs:.0} s ({:.2} programs/s, {} jobs, unfused run for 1 in {}), {} compiles ({:.0} s compiling), {} failing",
         o.seed,
         o.start,
         o.programs,
         o.programs.saturating_sub(o.start) as f64 / secs,
         o.jobs,
+        o.unfused_every,
         m1.compiles - m0.compiles,
         (m1.compile_ns - m0.compile_ns) as f64 * 1e-9,
         findings.len()
