@@ -7,7 +7,9 @@ mod fuzz_support;
 
 use fuzz_support::{Program, Step};
 #[allow(unused_imports)]
-use lazyfuse::ir::{BinaryOp, CmpOp, DType, HostTensor, Literal, Op, Shape, UnaryOp};
+use lazyfuse::ir::{
+    Axes, BinaryOp, CmpOp, DType, HostTensor, Literal, Op, ReduceOp, Shape, UnaryOp,
+};
 use lazyfuse::{FusionGuard, Tensor};
 
 /// Interpreter bug: it flushed subnormal operands of float `neg`/`abs` to
@@ -473,6 +475,168 @@ fn matmul_over_an_empty_axis_is_zeros() {
                 op: Op::MatMul,
                 args: vec![6, 7],
             }, // v8
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+}
+
+/// Oracle gap, found by `fuzz_campaign --seed 400` (program 838, below as
+/// found: only its "after learning" run, with sites learned from earlier
+/// programs, recomputes `erf` in another region, so it does not shrink).
+/// XLA evaluates `erf` of a compile-time constant exactly (LLVM folds it:
+/// `erf(-4) = -1`) and at run time by its polynomial (`-0.9999998`, 4 ulp
+/// away), so a consumer that recomputes the op sees another value than the
+/// one returned. The oracle now lets consumers of approximated ops (exp,
+/// log, tanh, sigmoid, sin, cos, erf, gelu, pow) see them within the op's
+/// own error (`oracle.rs::recompute_slack`); the README lists this freedom.
+#[test]
+fn recomputed_erf_of_a_constant_differs_by_ulps() {
+    let dev = common::dev();
+    let erf_of = |fuse: bool| -> f32 {
+        let _g = FusionGuard::new(fuse);
+        let x = Tensor::full(-4.0, &[1], DType::F32, &dev).unwrap();
+        x.erf().unwrap().to_vec::<f32>().unwrap()[0]
+    };
+    let (fused, unfused) = (erf_of(true), erf_of(false));
+    let ulps = (fused.to_bits() as i64 - unfused.to_bits() as i64).abs();
+    assert!(
+        ulps <= 4,
+        "fused {fused} unfused {unfused}: {ulps} ulp apart"
+    );
+    let program = Program {
+        steps: vec![
+            Step::Input(HostTensor::from_f64(
+                &[1.0546875],
+                Shape::new(&[]),
+                DType::BF16,
+            )), // v0
+            Step::Apply {
+                op: Op::Unary(UnaryOp::Neg),
+                args: vec![0],
+            }, // v1
+            Step::Apply {
+                op: Op::Reduce {
+                    op: ReduceOp::Max,
+                    axes: Axes::from_slice(&[]),
+                    keepdim: false,
+                },
+                args: vec![0],
+            }, // v2
+            Step::Input(HostTensor::from_f64(
+                &[
+                    -1.0000000150474662e30,
+                    f64::NEG_INFINITY,
+                    -7146.37841796875,
+                    1.0,
+                    4688.4814453125,
+                    f64::NEG_INFINITY,
+                    -2868.6650390625,
+                    -1.0000000150474662e30,
+                ],
+                Shape::new(&[4, 2]),
+                DType::F32,
+            )), // v3
+            Step::ReadOnThread(1),
+            Step::Full {
+                value: -1e30,
+                dims: vec![1],
+                dtype: DType::F32,
+            }, // v4
+            Step::Apply {
+                op: Op::Unary(UnaryOp::Erf),
+                args: vec![4],
+            }, // v5
+            Step::Apply {
+                op: Op::Binary(BinaryOp::Add),
+                args: vec![5, 5],
+            }, // v6
+            Step::Apply {
+                op: Op::Reduce {
+                    op: ReduceOp::Mean,
+                    axes: Axes::from_slice(&[0]),
+                    keepdim: true,
+                },
+                args: vec![6],
+            }, // v7
+            Step::Apply {
+                op: Op::Binary(BinaryOp::Sub),
+                args: vec![7, 6],
+            }, // v8
+            Step::Scalar {
+                op: Op::Compare(CmpOp::Ne),
+                arg: 1,
+                value: -1.0,
+            }, // v9
+            Step::Apply {
+                op: Op::Compare(CmpOp::Eq),
+                args: vec![1, 2],
+            }, // v10
+            Step::Apply {
+                op: Op::Slice {
+                    axis: 0,
+                    start: 1,
+                    len: 0,
+                },
+                args: vec![8],
+            }, // v11
+            Step::Read(10),
+            Step::Apply {
+                op: Op::Select,
+                args: vec![10, 6, 8],
+            }, // v12
+            Step::Full {
+                value: -1.0,
+                dims: vec![1],
+                dtype: DType::F16,
+            }, // v13
+            Step::Apply {
+                op: Op::Reduce {
+                    op: ReduceOp::Max,
+                    axes: Axes::from_slice(&[]),
+                    keepdim: false,
+                },
+                args: vec![2],
+            }, // v14
+            Step::ReadOnThread(10),
+            Step::Scalar {
+                op: Op::Binary(BinaryOp::Maximum),
+                arg: 13,
+                value: 1.0,
+            }, // v15
+            Step::Apply {
+                op: Op::Unary(UnaryOp::Cos),
+                args: vec![4],
+            }, // v16
+            Step::Input(HostTensor::from_f64(
+                &[f64::NEG_INFINITY],
+                Shape::new(&[1, 1]),
+                DType::F32,
+            )), // v17
+            Step::Input(HostTensor::from_i64(
+                &[0, 1, 0],
+                Shape::new(&[3, 1, 1]),
+                DType::Bool,
+            )), // v18
+            Step::Apply {
+                op: Op::Select,
+                args: vec![18, 6, 17],
+            }, // v19
+            Step::Apply {
+                op: Op::Reduce {
+                    op: ReduceOp::Min,
+                    axes: Axes::from_slice(&[]),
+                    keepdim: false,
+                },
+                args: vec![0],
+            }, // v20
+            Step::Apply {
+                op: Op::Reduce {
+                    op: ReduceOp::Min,
+                    axes: Axes::from_slice(&[]),
+                    keepdim: true,
+                },
+                args: vec![1],
+            }, // v21
         ],
     };
     fuzz_support::check_program(&program, &common::dev()).unwrap();
