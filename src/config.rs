@@ -29,6 +29,8 @@ pub const CACHE_MAX_BYTES: &str = "TPU_CACHE_MAX_BYTES";
 pub const PJRT_PLUGIN: &str = "TPU_PJRT_PLUGIN";
 /// `TPU_MAX_PENDING_OPS`: flush a thread's graph once it holds this many nodes.
 pub const MAX_PENDING_OPS: &str = "TPU_MAX_PENDING_OPS";
+/// `TPU_MAX_EXECUTABLES`: compiled executables kept in memory per runtime.
+pub const MAX_EXECUTABLES: &str = "TPU_MAX_EXECUTABLES";
 /// `LAZYFUSE_CACHE`: where the CPU plugin is provisioned.
 pub const PLUGIN_CACHE: &str = "LAZYFUSE_CACHE";
 /// `LAZYFUSE_MALLOC_TUNING`: `0` keeps glibc's default mmap/trim thresholds.
@@ -41,6 +43,11 @@ pub const GLIBC_MALLOC_VARS: [&str; 2] = ["MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM
 
 /// Default pending-graph cap.
 pub const DEFAULT_MAX_PENDING_OPS: usize = 20_000;
+/// Default of [`MAX_EXECUTABLES`]. Each executable holds a few memory maps of
+/// JIT code; Linux allows 65,530 maps per process, which a process with
+/// tens of thousands of distinct shapes reached (the fuzz campaign, after
+/// about 18,000 compiles: "LLVM compilation error: Cannot allocate memory").
+pub const DEFAULT_MAX_EXECUTABLES: usize = 4096;
 /// Default bound of the persistent compile cache.
 pub const DEFAULT_CACHE_MAX_BYTES: u64 = 1 << 30;
 
@@ -154,6 +161,31 @@ pub fn max_pending_ops() -> usize {
         .unwrap_or(DEFAULT_MAX_PENDING_OPS);
     MAX_PENDING.store(d, Ordering::Relaxed);
     d
+}
+
+static MAX_EXES: AtomicUsize = AtomicUsize::new(0);
+
+/// How many compiled executables a runtime keeps in memory
+/// (`TPU_MAX_EXECUTABLES`, default 4,096); the least recently used beyond
+/// that are dropped (and recompiled, or reloaded from the persistent cache,
+/// when needed again).
+pub fn max_executables() -> usize {
+    let v = MAX_EXES.load(Ordering::Relaxed);
+    if v != 0 {
+        return v;
+    }
+    let d = std::env::var(MAX_EXECUTABLES)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&n: &usize| n > 0)
+        .unwrap_or(DEFAULT_MAX_EXECUTABLES);
+    MAX_EXES.store(d, Ordering::Relaxed);
+    d
+}
+
+/// Overrides the executable cap for the whole process (tests).
+pub fn set_max_executables(n: usize) {
+    MAX_EXES.store(n.max(1), Ordering::Relaxed);
 }
 
 /// Overrides the pending-graph cap for the whole process.

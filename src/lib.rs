@@ -45,7 +45,10 @@ mod tensor;
 pub mod testing;
 
 pub use autograd::{is_grad_enabled, no_grad, NoGradGuard};
-pub use config::{fusion_enabled, launch_blocking, max_pending_ops, set_max_pending_ops};
+pub use config::{
+    fusion_enabled, launch_blocking, max_executables, max_pending_ops, set_max_executables,
+    set_max_pending_ops,
+};
 pub use device::Device;
 pub use error::{Error, Result};
 pub use lazy::{pending_ops, set_fusion, FusionGuard};

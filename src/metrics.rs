@@ -105,6 +105,8 @@ counters!(
     compiles,
     /// Compile-cache hits.
     cache_hits,
+    /// Executables dropped from memory to stay within `TPU_MAX_EXECUTABLES`.
+    executables_evicted,
     /// Time spent compiling, in nanoseconds.
     compile_ns,
     /// Time spent executing (enqueue to completion), in nanoseconds.

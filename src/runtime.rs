@@ -64,6 +64,44 @@ pub(crate) type Executable = Arc<RawExecutable>;
 
 type Slot = Arc<Mutex<Option<Executable>>>;
 
+/// The in-memory executable cache: slots by key with their last-use tick.
+#[derive(Default)]
+struct ExeCache {
+    slots: HashMap<RegionKey, (Slot, u64)>,
+    tick: u64,
+}
+
+impl ExeCache {
+    /// The slot of `key` (new and empty on a miss), marked as just used.
+    /// Past `cap` entries the least recently used eighth goes: a region
+    /// that is running holds its executable, which stays valid.
+    fn slot(&mut self, key: RegionKey, cap: usize) -> Slot {
+        self.tick += 1;
+        let tick = self.tick;
+        if let Some((slot, used)) = self.slots.get_mut(&key) {
+            *used = tick;
+            return slot.clone();
+        }
+        if self.slots.len() >= cap {
+            let mut ages: Vec<u64> = self.slots.values().map(|(_, t)| *t).collect();
+            let drop = (cap / 8).max(1).min(ages.len());
+            ages.select_nth_unstable(drop - 1);
+            let cutoff = ages[drop - 1];
+            let before = self.slots.len();
+            self.slots.retain(|_, (_, t)| *t > cutoff);
+            metrics::add(&C.executables_evicted, (before - self.slots.len()) as u64);
+        }
+        let slot = Slot::default();
+        self.slots.insert(key, (slot.clone(), tick));
+        slot
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.slots.len()
+    }
+}
+
 type ScalarCache = HashMap<
     (SmallVec<[Literal; 8]>, DType, usize),
     Arc<DeviceBuffer>,
@@ -83,7 +121,9 @@ pub struct Runtime {
     backend: Box<dyn Backend>,
     /// The plugin this runtime was loaded from (`None` for the interpreter).
     plugin_path: Option<PathBuf>,
-    cache: Mutex<HashMap<RegionKey, Slot>>,
+    /// Compiled executables by region key, with the tick of their last use
+    /// (bounded by `config::max_executables`, least recently used out).
+    cache: Mutex<ExeCache>,
     /// Uploaded scalar packs by (values, dtype, device): a loop reuses its
     /// learning rate's buffer instead of transferring it every step.
     scalars: Mutex<ScalarCache>,
@@ -96,7 +136,7 @@ impl Runtime {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             backend,
             plugin_path,
-            cache: Mutex::new(HashMap::new()),
+            cache: Mutex::new(ExeCache::default()),
             scalars: Mutex::new(ScalarCache::default()),
         })
     }
@@ -207,7 +247,10 @@ impl Runtime {
         mut on_compile: impl FnMut(),
     ) -> Result<Executable> {
         let key = region.key;
-        let slot = self.cache.lock().entry(key).or_default().clone();
+        let slot = self
+            .cache
+            .lock()
+            .slot(key, crate::config::max_executables());
         let mut guard = slot.lock();
         if let Some(exe) = guard.as_ref() {
             metrics::add(&C.cache_hits, 1);
@@ -298,5 +341,30 @@ fn tune_malloc() {
                 mallopt(M_TRIM_THRESHOLD, 256 << 20);
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn executable_cache_drops_the_least_recently_used() {
+        let mut c = ExeCache::default();
+        let k = |i: u128| RegionKey(i);
+        for i in 0..16 {
+            c.slot(k(i), 16);
+        }
+        // Touch the two oldest: they are now the most recent.
+        c.slot(k(0), 16);
+        c.slot(k(1), 16);
+        let before = metrics::snapshot().executables_evicted;
+        c.slot(k(100), 16);
+        // An eighth of 16 is 2: the next two oldest (2 and 3) went.
+        assert_eq!(c.len(), 15);
+        assert!(c.slots.contains_key(&k(0)) && c.slots.contains_key(&k(1)));
+        assert!(!c.slots.contains_key(&k(2)) && !c.slots.contains_key(&k(3)));
+        assert!(c.slots.contains_key(&k(100)));
+        assert!(metrics::snapshot().executables_evicted >= before + 2);
     }
 }
