@@ -16,7 +16,7 @@ mod fuzz_support;
 
 use fuzz_support::oracle::run;
 use fuzz_support::values::{literal_for, Rng};
-use fuzz_support::{build, shrink_program, Gene, Program, Step};
+use fuzz_support::{build, random_genes, shrink_program, Program, Step};
 use lazyfuse::ir::{interp, BinaryOp, DType, HostTensor, Literal, Op, Shape};
 use lazyfuse::Device;
 
@@ -88,20 +88,7 @@ fn planted_fails(p: &Program) -> bool {
 /// The first program of seeds `0..` (24 random genes each) that fails.
 fn planted_program() -> (u64, Program) {
     for seed in 0..10_000u64 {
-        let mut rng = Rng::new(seed);
-        let genes: Vec<Gene> = (0..24)
-            .map(|_| {
-                let x = rng.next_u64();
-                let y = rng.next_u64();
-                Gene {
-                    kind: x as u8,
-                    a: (x >> 8) as u16,
-                    b: (x >> 24) as u16,
-                    c: (x >> 40) as u16,
-                    seed: y as u32,
-                }
-            })
-            .collect();
+        let genes = random_genes(&mut Rng::new(seed), 24);
         let p = build(&genes);
         if planted_fails(&p) {
             return (seed, p);
@@ -144,19 +131,7 @@ fn shrinking_keeps_programs_well_typed() {
     // Every program the generator builds is well typed for the shrinker's
     // checker, so no edit is rejected for a reason the generator disagrees with.
     for seed in 0..200u64 {
-        let mut rng = Rng::new(seed ^ 0x5eed);
-        let genes: Vec<Gene> = (0..16)
-            .map(|_| {
-                let x = rng.next_u64();
-                Gene {
-                    kind: x as u8,
-                    a: (x >> 8) as u16,
-                    b: (x >> 24) as u16,
-                    c: (x >> 40) as u16,
-                    seed: rng.next_u64() as u32,
-                }
-            })
-            .collect();
+        let genes = random_genes(&mut Rng::new(seed ^ 0x5eed), 16);
         let p = build(&genes);
         assert!(
             fuzz_support::shrink::well_typed(&p),

@@ -43,7 +43,7 @@ mod supervise;
 use coverage::Coverage;
 use fuzz_support::oracle::check_program_with;
 use fuzz_support::values::Rng;
-use fuzz_support::{build, check_program, shrink_program, Gene, Program};
+use fuzz_support::{build, check_program, random_genes, shrink_program, Gene, Program};
 use indicatif::{ProgressBar, ProgressStyle};
 use lazyfuse::Device;
 use std::io::IsTerminal;
@@ -110,18 +110,7 @@ fn parse_args() -> Result<Options, String> {
 fn genes(seed: u64, index: usize, max_genes: usize) -> Vec<Gene> {
     let mut rng = Rng::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ index as u64);
     let n = 1 + rng.below(max_genes);
-    (0..n)
-        .map(|_| {
-            let x = rng.next_u64();
-            Gene {
-                kind: x as u8,
-                a: (x >> 8) as u16,
-                b: (x >> 24) as u16,
-                c: (x >> 40) as u16,
-                seed: rng.next_u64() as u32,
-            }
-        })
-        .collect()
+    random_genes(&mut rng, n)
 }
 
 /// One failure, shrunk.

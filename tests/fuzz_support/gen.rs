@@ -569,6 +569,23 @@ impl Builder {
     }
 }
 
+/// `n` genes drawn from `rng`: how drivers without proptest (the campaign,
+/// the shrinker's tests) make random programs.
+pub fn random_genes(rng: &mut Rng, n: usize) -> Vec<Gene> {
+    (0..n)
+        .map(|_| {
+            let x = rng.next_u64();
+            Gene {
+                kind: x as u8,
+                a: (x >> 8) as u16,
+                b: (x >> 24) as u16,
+                c: (x >> 40) as u16,
+                seed: rng.next_u64() as u32,
+            }
+        })
+        .collect()
+}
+
 /// Greedy shrinking for drivers without proptest (the cargo-fuzz target):
 /// drops genes, then zeroes their fields, keeping each change that still
 /// `fails`. Returns a locally minimal failing gene list.

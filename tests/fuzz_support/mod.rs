@@ -16,7 +16,7 @@ pub mod program;
 pub mod shrink;
 pub mod values;
 
-pub use gen::{build, shrink, Gene};
+pub use gen::{build, random_genes, shrink, Gene};
 pub use oracle::check_program;
 pub use program::{Program, Step};
 pub use shrink::shrink_program;
