@@ -376,7 +376,7 @@ fn binary(e: &mut Emitter<'_>, b: BinaryOp, x: &str, y: &str, s: &Shape, dt: DTy
 /// by zero or overflowing division is ever evaluated: XLA folds divisions
 /// of constants while it converts the module, in C++, and such a division
 /// killed the process with SIGFPE (regression test
-/// `tests/fuzz_regressions.rs::constant_integer_division_by_zero_does_not_kill_the_process`).
+/// `tests/fuzz_crashes.rs::constant_integer_division_by_zero_does_not_kill_the_process`).
 fn int_div(e: &mut Emitter<'_>, x: &str, y: &str, s: &Shape, dt: DType) -> String {
     let t = ty(s, dt);
     let b = ty(s, DType::Bool);
