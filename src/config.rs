@@ -150,16 +150,23 @@ static MAX_PENDING: AtomicUsize = AtomicUsize::new(0);
 /// The pending-graph cap: a thread's graph is flushed once it holds this many
 /// nodes (`TPU_MAX_PENDING_OPS`, default 20,000), bounding memory and compile size.
 pub fn max_pending_ops() -> usize {
-    let v = MAX_PENDING.load(Ordering::Relaxed);
+    positive_setting(&MAX_PENDING, MAX_PENDING_OPS, DEFAULT_MAX_PENDING_OPS)
+}
+
+/// The value in `cell`, else the positive integer in environment variable
+/// `var` (else `default`), kept in `cell` for next time; `0` in `cell` means
+/// not read yet, and `set_*` overrides store into it.
+fn positive_setting(cell: &AtomicUsize, var: &str, default: usize) -> usize {
+    let v = cell.load(Ordering::Relaxed);
     if v != 0 {
         return v;
     }
-    let d = std::env::var(MAX_PENDING_OPS)
+    let d = std::env::var(var)
         .ok()
         .and_then(|s| s.parse().ok())
         .filter(|&n: &usize| n > 0)
-        .unwrap_or(DEFAULT_MAX_PENDING_OPS);
-    MAX_PENDING.store(d, Ordering::Relaxed);
+        .unwrap_or(default);
+    cell.store(d, Ordering::Relaxed);
     d
 }
 
@@ -170,17 +177,7 @@ static MAX_EXES: AtomicUsize = AtomicUsize::new(0);
 /// that are dropped (and recompiled, or reloaded from the persistent cache,
 /// when needed again).
 pub fn max_executables() -> usize {
-    let v = MAX_EXES.load(Ordering::Relaxed);
-    if v != 0 {
-        return v;
-    }
-    let d = std::env::var(MAX_EXECUTABLES)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .filter(|&n: &usize| n > 0)
-        .unwrap_or(DEFAULT_MAX_EXECUTABLES);
-    MAX_EXES.store(d, Ordering::Relaxed);
-    d
+    positive_setting(&MAX_EXES, MAX_EXECUTABLES, DEFAULT_MAX_EXECUTABLES)
 }
 
 /// Overrides the executable cap for the whole process (tests).

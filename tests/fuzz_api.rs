@@ -322,16 +322,6 @@ impl Case {
     }
 }
 
-fn env_u64(name: &str) -> Option<u64> {
-    let v = std::env::var(name).ok()?;
-    let v = v.trim();
-    let parsed = match v.strip_prefix("0x") {
-        Some(hex) => u64::from_str_radix(hex, 16),
-        None => v.parse(),
-    };
-    Some(parsed.unwrap_or_else(|_| panic!("{name}={v} is not a u64")))
-}
-
 #[test]
 fn api_differential() {
     for b in [Backend::Xla, Backend::Interp] {
@@ -340,8 +330,9 @@ fn api_differential() {
             return;
         }
     }
-    let seed = env_u64("FUZZ_SEED").unwrap_or(0xA91_F022);
-    let cases = env_u64("FUZZ_API_CASES").unwrap_or(if cfg!(debug_assertions) { 15 } else { 60 });
+    let seed = common::env_u64("FUZZ_SEED").unwrap_or(0xA91_F022);
+    let cases =
+        common::env_u64("FUZZ_API_CASES").unwrap_or(if cfg!(debug_assertions) { 15 } else { 60 });
     let verbose = std::env::var_os("FUZZ_API_LOG").is_some();
     let keep_going = std::env::var_os("FUZZ_API_KEEP_GOING").is_some();
     let mut failures = 0;

@@ -41,16 +41,6 @@ use std::time::Instant;
 
 const DEFAULT_SEED: u64 = 0x00C0_FFEE_5EED;
 
-fn env_u64(name: &str) -> Option<u64> {
-    let v = std::env::var(name).ok()?;
-    let v = v.trim();
-    let parsed = match v.strip_prefix("0x") {
-        Some(hex) => u64::from_str_radix(hex, 16),
-        None => v.parse(),
-    };
-    Some(parsed.unwrap_or_else(|_| panic!("{name}={v} is not a u64")))
-}
-
 fn gene() -> impl Strategy<Value = Gene> {
     (
         any::<u8>(),
@@ -72,15 +62,10 @@ fn gene() -> impl Strategy<Value = Gene> {
 /// `FUZZ_SEED` alone, else the fixed CI seed.
 fn seeds() -> Vec<u64> {
     let Ok(range) = std::env::var("FUZZ_SEEDS") else {
-        return vec![env_u64("FUZZ_SEED").unwrap_or(DEFAULT_SEED)];
+        return vec![common::env_u64("FUZZ_SEED").unwrap_or(DEFAULT_SEED)];
     };
     let parse = |v: &str| -> u64 {
-        let v = v.trim();
-        match v.strip_prefix("0x") {
-            Some(hex) => u64::from_str_radix(hex, 16),
-            None => v.parse(),
-        }
-        .unwrap_or_else(|_| panic!("FUZZ_SEEDS={range}: {v} is not a u64"))
+        common::parse_u64(v).unwrap_or_else(|| panic!("FUZZ_SEEDS={range}: {v} is not a u64"))
     };
     let (a, b, inclusive) = match (range.split_once("..="), range.split_once("..")) {
         (Some((a, b)), _) => (a, b, true),
@@ -98,7 +83,7 @@ fn seeds() -> Vec<u64> {
 #[test]
 fn differential() {
     let default_cases = if cfg!(debug_assertions) { 30 } else { 200 };
-    let cases = env_u64("FUZZ_CASES").unwrap_or(default_cases) as u32;
+    let cases = common::env_u64("FUZZ_CASES").unwrap_or(default_cases) as u32;
     for seed in seeds() {
         differential_seed(seed, cases);
     }
@@ -416,7 +401,7 @@ fn random_call(rng: &mut Rng, pool: &[Tensor]) -> (String, lazyfuse::Result<Tens
 
 #[test]
 fn bad_inputs() {
-    let seed = env_u64("FUZZ_SEED").unwrap_or(DEFAULT_SEED);
+    let seed = common::env_u64("FUZZ_SEED").unwrap_or(DEFAULT_SEED);
     let cases = if cfg!(debug_assertions) { 1500 } else { 4000 };
     let dev = common::dev();
     let _f = FusionGuard::new(true);

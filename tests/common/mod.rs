@@ -242,3 +242,19 @@ pub fn check(
         );
     }
 }
+
+/// A u64 in decimal or `0x` hex (the fuzzers' seeds).
+pub fn parse_u64(v: &str) -> Option<u64> {
+    let v = v.trim();
+    match v.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => v.parse().ok(),
+    }
+}
+
+/// The u64 in environment variable `name`, if set; panics on a malformed
+/// value, so a mistyped knob is never silently ignored.
+pub fn env_u64(name: &str) -> Option<u64> {
+    let v = std::env::var(name).ok()?;
+    Some(parse_u64(&v).unwrap_or_else(|| panic!("{name}={v} is not a u64")))
+}

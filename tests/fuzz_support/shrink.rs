@@ -19,8 +19,10 @@
 //!
 //! The passes repeat until none changes the program or `budget` checks are
 //! spent. The result is locally minimal: no single edit above keeps it
-//! failing.
+//! failing. [`shrink`] is the gene-level shrinker for drivers without
+//! proptest (the cargo-fuzz target), run before this one.
 
+use super::gen::Gene;
 use super::oracle::{run, step_op};
 use super::program::{Program, Step};
 use super::values::literal_for;
@@ -396,4 +398,54 @@ fn cut_axis(h: &HostTensor, axis: usize, len: Option<usize>) -> HostTensor {
         let v: Vec<i64> = order.iter().map(|&j| x[j]).collect();
         HostTensor::from_i64(&v, shape, h.dtype)
     }
+}
+
+/// Greedy shrinking for drivers without proptest (the cargo-fuzz target):
+/// drops genes, then zeroes their fields, keeping each change that still
+/// `fails`. Returns a locally minimal failing gene list.
+pub fn shrink(genes: &[Gene], fails: &mut dyn FnMut(&[Gene]) -> bool) -> Vec<Gene> {
+    let mut cur = genes.to_vec();
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for i in (0..cur.len()).rev() {
+            let mut next = cur.clone();
+            next.remove(i);
+            if !next.is_empty() && fails(&next) {
+                cur = next;
+                changed = true;
+            }
+        }
+        for i in 0..cur.len() {
+            for field in 0..4 {
+                let mut next = cur.clone();
+                let g = &mut next[i];
+                let slot = match field {
+                    0 => &mut g.a,
+                    1 => &mut g.b,
+                    2 => &mut g.c,
+                    _ => {
+                        if g.seed == 0 {
+                            continue;
+                        }
+                        g.seed = 0;
+                        if fails(&next) {
+                            cur = next;
+                            changed = true;
+                        }
+                        continue;
+                    }
+                };
+                if *slot == 0 {
+                    continue;
+                }
+                *slot = 0;
+                if fails(&next) {
+                    cur = next;
+                    changed = true;
+                }
+            }
+        }
+    }
+    cur
 }
