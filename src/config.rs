@@ -31,7 +31,13 @@ pub const PJRT_PLUGIN: &str = "TPU_PJRT_PLUGIN";
 pub const MAX_PENDING_OPS: &str = "TPU_MAX_PENDING_OPS";
 /// `TPU_MAX_EXECUTABLES`: compiled executables kept in memory per runtime.
 pub const MAX_EXECUTABLES: &str = "TPU_MAX_EXECUTABLES";
-/// `LAZYFUSE_CACHE`: where the CPU plugin is provisioned.
+/// `LAZYFUSE_GPU_MEMORY_FRACTION`: fraction of GPU memory the CUDA client may use.
+pub const GPU_MEMORY_FRACTION: &str = "LAZYFUSE_GPU_MEMORY_FRACTION";
+/// `LAZYFUSE_GPU_PREALLOCATE`: `0` makes the CUDA client allocate on demand.
+pub const GPU_PREALLOCATE: &str = "LAZYFUSE_GPU_PREALLOCATE";
+/// `LAZYFUSE_GPU_ALLOCATOR`: the CUDA client's allocator (`bfc`, `cuda_async`, ...).
+pub const GPU_ALLOCATOR: &str = "LAZYFUSE_GPU_ALLOCATOR";
+/// `LAZYFUSE_CACHE`: where the CPU and CUDA plugins are provisioned.
 pub const PLUGIN_CACHE: &str = "LAZYFUSE_CACHE";
 /// `LAZYFUSE_MALLOC_TUNING`: `0` keeps glibc's default mmap/trim thresholds.
 pub const MALLOC_TUNING: &str = "LAZYFUSE_MALLOC_TUNING";
@@ -90,6 +96,11 @@ pub(crate) fn cache_max_bytes() -> u64 {
             .and_then(|s| s.trim().parse().ok())
             .unwrap_or(DEFAULT_CACHE_MAX_BYTES)
     })
+}
+
+/// A CUDA client option variable's trimmed value, if set and non-empty.
+pub(crate) fn gpu_option(name: &str) -> Option<String> {
+    non_empty(name).map(|v| v.to_string_lossy().trim().to_string())
 }
 
 /// `TPU_PJRT_PLUGIN`, read when a default device is asked for.

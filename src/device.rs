@@ -3,7 +3,9 @@
 //! that runs that client's flushed graphs. The device layer is what ties a
 //! runtime and an executor together; neither owns the other.
 
+use crate::backend::ClientSetup;
 use crate::executor::Executor;
+use crate::plugin::cuda::CudaOptions;
 use crate::runtime::Runtime;
 use crate::{Error, Result};
 use parking_lot::Mutex;
@@ -25,6 +27,8 @@ pub struct DeviceParts {
     pub(crate) rt: Arc<Runtime>,
     pub(crate) executor: Arc<Executor>,
     pub(crate) ordinal: usize,
+    /// The client's per-device executors, for [`Device::with_ordinal`].
+    client: Arc<ClientEntry>,
 }
 
 impl std::ops::Deref for Device {
@@ -35,22 +39,76 @@ impl std::ops::Deref for Device {
 }
 
 impl Device {
-    fn new(rt: Arc<Runtime>, executor: Arc<Executor>, ordinal: usize) -> Device {
+    fn new(client: &Arc<ClientEntry>, ordinal: usize) -> Device {
         Device(Arc::new(DeviceParts {
-            rt,
-            executor,
+            rt: client.rt.clone(),
+            executor: client.executor(ordinal),
             ordinal,
+            client: client.clone(),
         }))
     }
 }
 
-/// A client and the worker running its graphs.
-type Client = (Arc<Runtime>, Arc<Executor>);
+/// A client and the workers running its graphs: one per device, so that
+/// work queued for one device never waits behind another's (each device
+/// has its own streams in the plugin; one worker would serialise them).
+struct ClientEntry {
+    rt: Arc<Runtime>,
+    /// What the client was created with (a later request must match).
+    setup: ClientSetup,
+    executors: Mutex<HashMap<usize, Arc<Executor>>>,
+}
+
+impl ClientEntry {
+    fn new(rt: Arc<Runtime>, setup: ClientSetup) -> Arc<ClientEntry> {
+        Arc::new(ClientEntry {
+            rt,
+            setup,
+            executors: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Device `ordinal`'s executor, started on first use.
+    fn executor(&self, ordinal: usize) -> Arc<Executor> {
+        // Not `or_default()`: `Executor::new` also registers the executor to
+        // be drained at exit, which `Arc::default()` would skip.
+        #[allow(clippy::unwrap_or_default)]
+        let e = self
+            .executors
+            .lock()
+            .entry(ordinal)
+            .or_insert_with(Executor::new)
+            .clone();
+        e
+    }
+}
 
 /// One client per plugin file: a PJRT plugin must be initialised once per process.
-fn clients() -> &'static Mutex<HashMap<PathBuf, Client>> {
-    static R: OnceLock<Mutex<HashMap<PathBuf, Client>>> = OnceLock::new();
+fn clients() -> &'static Mutex<HashMap<PathBuf, Arc<ClientEntry>>> {
+    static R: OnceLock<Mutex<HashMap<PathBuf, Arc<ClientEntry>>>> = OnceLock::new();
     R.get_or_init(Default::default)
+}
+
+/// The client of the plugin at `path`, loading it on first use made as
+/// `setup` says. With `exact`, an existing client made otherwise is an
+/// `Err`; without, any existing client of the plugin is the answer.
+fn client(path: &Path, setup: ClientSetup, exact: bool) -> Result<Arc<ClientEntry>> {
+    let canon = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    let mut map = clients().lock();
+    if let Some(c) = map.get(&canon) {
+        if exact && c.setup != setup {
+            return Err(Error::Plugin(format!(
+                "the client of {} was already created with other options ({:?}); a plugin has \
+                 one client per process, so ask for it with the same options",
+                path.display(),
+                c.setup.create
+            )));
+        }
+        return Ok(c.clone());
+    }
+    let c = ClientEntry::new(Runtime::load(path, &setup)?, setup);
+    map.insert(canon, c.clone());
+    Ok(c)
 }
 
 impl Device {
@@ -64,18 +122,71 @@ impl Device {
 
     /// Device 0 of the PJRT plugin at `path` (loaded once per process).
     pub fn from_plugin(path: impl AsRef<Path>) -> Result<Device> {
-        let path = path.as_ref();
-        let canon = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
-        let mut map = clients().lock();
-        let (rt, executor) = match map.get(&canon) {
-            Some(c) => c.clone(),
+        Ok(Device::new(
+            &client(path.as_ref(), ClientSetup::default(), false)?,
+            0,
+        ))
+    }
+
+    /// NVIDIA GPU `ordinal` through XLA's CUDA plugin, with the options of
+    /// `LAZYFUSE_GPU_MEMORY_FRACTION`, `LAZYFUSE_GPU_PREALLOCATE` and
+    /// `LAZYFUSE_GPU_ALLOCATOR` (see [`Device::cuda_with`]).
+    pub fn cuda(ordinal: usize) -> Result<Device> {
+        let options = CudaOptions::from_env().map_err(Error::Plugin)?;
+        Device::cuda_with(ordinal, &options)
+    }
+
+    /// NVIDIA GPU `ordinal` with client options `options`.
+    ///
+    /// The driver is asked first (`libcuda.so.1`), so a machine without a
+    /// GPU or driver gets one `Err` naming what is missing and nothing is
+    /// downloaded. Then the plugin is `TPU_PJRT_PLUGIN` if set, else the
+    /// provisioned `jax-cuda13-pjrt` with NVIDIA's CUDA 13 libraries
+    /// ([`crate::plugin::cuda::provision`], about 1.1 GB once). All GPUs
+    /// share one client (created on the first call, with its options) and
+    /// one compile cache; each has its own executor.
+    pub fn cuda_with(ordinal: usize, options: &CudaOptions) -> Result<Device> {
+        let create = options.create_options().map_err(Error::Plugin)?;
+        let info = crate::plugin::cuda::driver_info().map_err(Error::Plugin)?;
+        if ordinal >= info.devices {
+            return Err(Error::Plugin(format!(
+                "CUDA device {ordinal} does not exist: the driver sees {} ({})",
+                info.devices,
+                info.names
+                    .iter()
+                    .map(|(n, ..)| n.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        let (path, install) = match crate::config::plugin_override() {
+            Some(p) if p.is_file() => (p, None),
+            Some(p) => {
+                return Err(Error::Plugin(format!(
+                    "{} is set to {}, but no file exists there",
+                    crate::config::PJRT_PLUGIN,
+                    p.display()
+                )))
+            }
             None => {
-                let c = (Runtime::load(path)?, Executor::new());
-                map.insert(canon, c.clone());
-                c
+                let i =
+                    crate::plugin::cuda::provision().map_err(|e| Error::Plugin(e.to_string()))?;
+                (i.plugin(), Some(i))
             }
         };
-        Ok(Device::new(rt, executor, 0))
+        let setup = ClientSetup {
+            create,
+            compile: crate::plugin::cuda::compile_overrides(install.as_ref()),
+        };
+        let dev = Device::new(&client(&path, setup, true)?, 0);
+        let platform = dev.rt.platform_name();
+        if platform != "cuda" {
+            return Err(Error::Plugin(format!(
+                "{} is a {platform} plugin, not a CUDA one; Device::cuda needs a CUDA PJRT plugin",
+                path.display()
+            )));
+        }
+        dev.with_ordinal(ordinal)
     }
 
     /// The reference-interpreter device: every op runs on `lazyfuse-ir`'s
@@ -85,11 +196,10 @@ impl Device {
     /// against it, as PyTorch users compare against CPU, or run tests on a
     /// machine without XLA.
     pub fn interpreter() -> Device {
-        static I: OnceLock<Client> = OnceLock::new();
-        let (rt, executor) = I
-            .get_or_init(|| (Runtime::interpreter(), Executor::new()))
-            .clone();
-        Device::new(rt, executor, 0)
+        static I: OnceLock<Arc<ClientEntry>> = OnceLock::new();
+        let client =
+            I.get_or_init(|| ClientEntry::new(Runtime::interpreter(), ClientSetup::default()));
+        Device::new(client, 0)
     }
 
     /// True for [`Device::interpreter`].
@@ -110,7 +220,7 @@ impl Device {
                 "device ordinal {ordinal} out of range: the plugin has {n} addressable devices"
             )));
         }
-        Ok(Device::new(self.rt.clone(), self.executor.clone(), ordinal))
+        Ok(Device::new(&self.client, ordinal))
     }
 
     /// Number of addressable devices of this device's plugin.

@@ -20,7 +20,9 @@
 
 // The layers, top to bottom (a module only names modules below it):
 //   nn, optim -> autograd -> tensor -> lazy -> device -> executor -> runtime
-//   -> backend -> lower, persist, dump -> pjrt; with the leaves error,
+//   -> backend -> lower, persist, dump -> pjrt; device also names plugin
+//   (finding and provisioning plugins, the CUDA driver probe), which names
+//   only pjrt's option types; with the leaves error,
 //   config, metrics, explain and exit, and the crates fusion and ir below.
 pub mod autograd;
 mod backend;
@@ -53,6 +55,7 @@ pub use device::Device;
 pub use error::{Error, Result};
 pub use lazy::{pending_ops, set_fusion, FusionGuard};
 pub use lazyfuse_ir::{DType, Element, HostTensor, Shape};
+pub use plugin::cuda::CudaOptions;
 pub use tensor::{flush, realize_all, sync, Tensor};
 
 /// The IR and planner crates, for tools that inspect graphs and plans.

@@ -139,7 +139,7 @@ fn identity(client: &pjrt::Client, plugin: &Path) -> u128 {
         mtime.hash(h);
         platform.hash(h);
         version.hash(h);
-        pjrt::compile_options_bytes().hash(h);
+        client.compile_options().hash(h);
         cpu.hash(h);
     });
     ids.insert(plugin.to_path_buf(), id);

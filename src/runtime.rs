@@ -8,7 +8,9 @@
 //! missing the same key wait for one compile), and the cache of uploaded
 //! lifted scalars.
 
-use crate::backend::{Backend, Completion, InterpBackend, PjrtBackend, RawBuffer, RawExecutable};
+use crate::backend::{
+    Backend, ClientSetup, Completion, InterpBackend, PjrtBackend, RawBuffer, RawExecutable,
+};
 use crate::metrics::{self, COUNTERS as C};
 use crate::{Error, Result};
 use lazyfuse_fusion::{Region, RegionKey};
@@ -141,9 +143,11 @@ impl Runtime {
         })
     }
 
-    /// Loads the PJRT plugin at `path` and creates its client.
-    pub fn load(path: &Path) -> Result<Arc<Runtime>> {
-        let backend = PjrtBackend::load(path)?;
+    /// Loads the PJRT plugin at `path` and creates its client as `setup`
+    /// says (empty for the CPU plugin; the CUDA plugin's create options and
+    /// compile-option additions).
+    pub(crate) fn load(path: &Path, setup: &ClientSetup) -> Result<Arc<Runtime>> {
+        let backend = PjrtBackend::load(path, setup)?;
         tune_malloc();
         Ok(Runtime::new(Box::new(backend), Some(path.to_path_buf())))
     }

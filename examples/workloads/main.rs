@@ -5,7 +5,11 @@
 //! ```text
 //! cargo run --release --example workloads -- [--fusion on|off|both] [--json PATH]
 //!     [--chart PATH.png] [--iters N] [--warmup N] [--peers PYTHON]
-//!     [--peer-systems torch,xla,jaxjit,jaxeager] [NAME...]
+//!     [--peer-systems torch,xla,jaxjit,jaxeager] [--device cpu|cuda|interp] [NAME...]
+//!
+//! `--device cuda` runs on GPU 0 (`Device::cuda`) and the JAX peers on the
+//! same GPU (`JAX_PLATFORMS=cuda`); the default peer systems are then
+//! `jaxjit,jaxeager`, since the torch peers run on the CPU.
 //! ```
 //!
 //! `--chart` also draws the ratios as a PNG bar chart (see `chart.rs`).
@@ -24,7 +28,8 @@ struct Args {
     iters: usize,
     warmup: usize,
     peers: Option<String>,
-    peer_systems: String,
+    peer_systems: Option<String>,
+    device: String,
     names: Vec<String>,
 }
 
@@ -36,7 +41,8 @@ fn parse_args() -> Result<Args, String> {
         iters: 20,
         warmup: 3,
         peers: None,
-        peer_systems: "torch,xla,jaxjit,jaxeager".into(),
+        peer_systems: None,
+        device: "cpu".into(),
         names: vec![],
     };
     let mut it = std::env::args().skip(1);
@@ -64,7 +70,13 @@ fn parse_args() -> Result<Args, String> {
                     .map_err(|e| format!("--warmup: {e}"))?
             }
             "--peers" => a.peers = Some(val("--peers")?),
-            "--peer-systems" => a.peer_systems = val("--peer-systems")?,
+            "--peer-systems" => a.peer_systems = Some(val("--peer-systems")?),
+            "--device" => {
+                a.device = val("--device")?;
+                if !["cpu", "cuda", "interp"].contains(&a.device.as_str()) {
+                    return Err(format!("--device takes cpu|cuda|interp, not {}", a.device));
+                }
+            }
             "-h" | "--help" => return Err(String::new()),
             name if !name.starts_with('-') => a.names.push(name.to_string()),
             other => return Err(format!("unknown flag {other}")),
@@ -93,6 +105,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// Runs one invocation of the peers script; returns its records and whether it succeeded.
 fn run_peers_once(
     python: &str,
+    device: &str,
     system: &str,
     names: &[String],
     iters: usize,
@@ -100,7 +113,11 @@ fn run_peers_once(
 ) -> (Vec<Record>, bool) {
     let script =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/peers/workloads.py");
+    // The peers run on the same kind of device: JAX on the GPU for
+    // `--device cuda`, on the CPU otherwise (it would pick a GPU if it saw one).
+    let platform = if device == "cuda" { "cuda" } else { "cpu" };
     let out = std::process::Command::new(python)
+        .env("JAX_PLATFORMS", platform)
         .arg(&script)
         .args(names)
         .args([
@@ -148,6 +165,7 @@ fn run_peers_once(
 /// workload is rerun workload by workload so the others still count.
 fn run_peers(
     python: &str,
+    device: &str,
     systems: &str,
     names: &[String],
     iters: usize,
@@ -155,13 +173,20 @@ fn run_peers(
 ) -> Vec<Record> {
     let mut all = Vec::new();
     for system in systems.split(',').filter(|s| !s.is_empty()) {
-        let (records, ok) = run_peers_once(python, system, names, iters, warmup);
+        let (records, ok) = run_peers_once(python, device, system, names, iters, warmup);
         if ok || names.len() == 1 {
             all.extend(records);
             continue;
         }
         for n in names {
-            let (r, _) = run_peers_once(python, system, std::slice::from_ref(n), iters, warmup);
+            let (r, _) = run_peers_once(
+                python,
+                device,
+                system,
+                std::slice::from_ref(n),
+                iters,
+                warmup,
+            );
             all.extend(r);
         }
     }
@@ -172,7 +197,7 @@ fn main() {
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("{e}\nusage: workloads [--fusion on|off|both] [--json PATH] [--chart PATH.png] [--iters N] [--warmup N] [--peers PYTHON] [--peer-systems LIST] [NAME...]");
+            eprintln!("{e}\nusage: workloads [--fusion on|off|both] [--json PATH] [--chart PATH.png] [--iters N] [--warmup N] [--peers PYTHON] [--peer-systems LIST] [--device cpu|cuda|interp] [NAME...]");
             std::process::exit(2);
         }
     };
@@ -180,7 +205,16 @@ fn main() {
         eprintln!("{e}");
         std::process::exit(2);
     }
-    let dev = Device::cpu().unwrap_or_else(|e| panic!("no device: {e}"));
+    let dev = match args.device.as_str() {
+        "cuda" => Device::cuda(0),
+        "interp" => Ok(Device::interpreter()),
+        _ => Device::cpu(),
+    }
+    .unwrap_or_else(|e| {
+        eprintln!("no {} device: {e}", args.device);
+        std::process::exit(1)
+    });
+    eprintln!("device: {dev:?}");
     let all = defs::all();
     let names: Vec<String> = if args.names.is_empty() {
         all.iter().map(|w| w.name.to_string()).collect()
@@ -232,9 +266,16 @@ fn main() {
         }
     }
     if let Some(py) = &args.peers {
+        // On a GPU only JAX runs on the same device (the torch peers are CPU).
+        let default_peers = if args.device == "cuda" {
+            "jaxjit,jaxeager"
+        } else {
+            "torch,xla,jaxjit,jaxeager"
+        };
         records.extend(run_peers(
             py,
-            &args.peer_systems,
+            &args.device,
+            args.peer_systems.as_deref().unwrap_or(default_peers),
             &names,
             args.iters,
             args.warmup,

@@ -19,7 +19,7 @@ mod interp;
 mod pjrt;
 
 pub(crate) use interp::InterpBackend;
-pub(crate) use pjrt::PjrtBackend;
+pub(crate) use pjrt::{ClientSetup, PjrtBackend};
 
 use crate::Result;
 use lazyfuse_fusion::{Region, RegionKey};

@@ -11,6 +11,16 @@ use lazyfuse_ir::{DType, Graph, HostTensor, Shape};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+/// How a client is made: what `PJRT_Client_Create` is given and what
+/// is added to lazyfuse's compile options. Empty for the CPU plugin.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct ClientSetup {
+    /// Create options, typed as the plugin reads them.
+    pub create: Vec<pjrt::CreateOption>,
+    /// Debug options set for every compile on this client.
+    pub compile: Vec<pjrt::CompileOverride>,
+}
+
 /// One loaded plugin's client.
 pub(crate) struct PjrtBackend {
     client: pjrt::Client,
@@ -18,20 +28,22 @@ pub(crate) struct PjrtBackend {
 }
 
 impl PjrtBackend {
-    /// Loads the plugin at `path` and creates its client.
-    pub(crate) fn load(path: &Path) -> Result<PjrtBackend> {
+    /// Loads the plugin at `path` and creates its client with `options`
+    /// (create options and compile-option additions; see [`ClientSetup`]).
+    pub(crate) fn load(path: &Path, setup: &ClientSetup) -> Result<PjrtBackend> {
         let plugin = pjrt::Plugin::load(path).map_err(|e| {
             crate::Error::Plugin(format!(
                 "cannot load {}: {e}. Set TPU_PJRT_PLUGIN=/path/to/a/pjrt_plugin.so, or unset it to use the provisioned CPU plugin",
                 path.display()
             ))
         })?;
-        let client = pjrt::Client::new(plugin).map_err(|e| {
-            crate::Error::Plugin(format!(
-                "cannot create a client from {}: {e}",
-                path.display()
-            ))
-        })?;
+        let client =
+            pjrt::Client::with_options(plugin, &setup.create, &setup.compile).map_err(|e| {
+                crate::Error::Plugin(format!(
+                    "cannot create a client from {}: {e}",
+                    path.display()
+                ))
+            })?;
         Ok(PjrtBackend {
             client,
             plugin_path: path.to_path_buf(),

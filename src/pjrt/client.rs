@@ -16,7 +16,8 @@ use super::buffer::{buffer_type, dense_size, Buffer};
 use super::error::{Error, Result};
 use super::executable::LoadedExecutable;
 use super::inner::ClientInner;
-use super::options::compile_options_bytes;
+use super::named::CreateOption;
+use super::options::{compile_options_bytes_with, CompileOverride};
 use super::sys;
 use super::PjrtStruct;
 
@@ -28,6 +29,8 @@ use super::PjrtStruct;
 /// `PJRT_Client` alive, so dropping the `Client` handle early is fine.
 pub struct Client {
     inner: Arc<ClientInner>,
+    /// The serialized `CompileOptionsProto` every compile sends.
+    compile_options: Vec<u8>,
 }
 
 impl std::fmt::Debug for Client {
@@ -43,9 +46,28 @@ impl Client {
     /// Creates a client on `plugin` with default options and enumerates its
     /// addressable devices.
     pub fn new(plugin: Arc<Plugin>) -> Result<Client> {
+        Client::with_options(plugin, &[], &[])
+    }
+
+    /// Creates a client on `plugin` with the create options `options`
+    /// (names and types as the plugin reads them) and compiles with
+    /// lazyfuse's compile options plus `compile` (see
+    /// [`super::compile_options_bytes_with`]).
+    pub fn with_options(
+        plugin: Arc<Plugin>,
+        options: &[CreateOption],
+        compile: &[CompileOverride],
+    ) -> Result<Client> {
         Ok(Client {
-            inner: ClientInner::create(plugin)?,
+            inner: ClientInner::create(plugin, options)?,
+            compile_options: compile_options_bytes_with(compile),
         })
+    }
+
+    /// The serialized compile options this client compiles with, so caches
+    /// of serialized executables can key on them.
+    pub fn compile_options(&self) -> &[u8] {
+        &self.compile_options
     }
 
     /// The platform name (e.g. `"cpu"`), for logs and for keying caches of
@@ -90,7 +112,7 @@ impl Client {
         program.format = format.as_ptr().cast();
         program.format_size = format.len();
 
-        let options = compile_options_bytes();
+        let options = &self.compile_options;
         let mut a = sys::PJRT_Client_Compile_Args::new();
         a.client = self.inner.raw.as_ptr();
         a.program = &program;

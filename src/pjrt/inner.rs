@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use super::api::Plugin;
 use super::error::{Error, Result};
+use super::named::{raw_named_values, CreateOption};
 use super::sys;
 use super::PjrtStruct;
 
@@ -33,10 +34,16 @@ unsafe impl Send for ClientInner {}
 unsafe impl Sync for ClientInner {}
 
 impl ClientInner {
-    /// Creates a client on `plugin` with default options and enumerates its
-    /// addressable devices.
-    pub(crate) fn create(plugin: Arc<Plugin>) -> Result<Arc<ClientInner>> {
+    /// Creates a client on `plugin` with `options` (none: the plugin's
+    /// defaults) and enumerates its addressable devices.
+    pub(crate) fn create(
+        plugin: Arc<Plugin>,
+        options: &[CreateOption],
+    ) -> Result<Arc<ClientInner>> {
+        let raw_options = raw_named_values(options);
         let mut a = sys::PJRT_Client_Create_Args::new();
+        a.create_options = super::api::slice_ptr(&raw_options);
+        a.num_options = raw_options.len();
         pjrt_call!(&*plugin, PJRT_Client_Create, &mut a)?;
         let raw = NonNull::new(a.client).ok_or_else(|| {
             Error::binding("PJRT_Client_Create: plugin returned no client and no error")

@@ -71,7 +71,8 @@ macro_rules! pjrt_call {
 }
 
 // Layering: each module names only modules earlier in this list, so there
-// are no cycles: `error`, `options`, `api` (plugin, events), `inner` (the
+// are no cycles: `error`, `options`, `api` (plugin, events), `named` (create
+// options), `inner` (the
 // shared `PJRT_Client`), `buffer`, `executable`, `client` (the public handle
 // that creates buffers and executables).
 mod api;
@@ -80,6 +81,7 @@ mod client;
 mod error;
 mod executable;
 mod inner;
+mod named;
 mod options;
 
 pub use api::Plugin;
@@ -89,7 +91,8 @@ pub use client::Client;
 #[allow(unused_imports)]
 pub use error::{Error, ErrorCode, Result};
 pub use executable::{Completion, LoadedExecutable};
-pub use options::compile_options_bytes;
+pub use named::{CreateOption, NamedValue};
+pub use options::{compile_options_bytes, compile_options_bytes_with, CompileOverride};
 
 /// A PJRT argument struct that can be created with the right `struct_size`.
 pub(crate) trait PjrtStruct: Sized {
@@ -104,6 +107,7 @@ pjrt_structs! {
     PJRT_Plugin_Initialize_Args => PJRT_Plugin_Initialize_Args_STRUCT_SIZE,
     PJRT_Event_Destroy_Args => PJRT_Event_Destroy_Args_STRUCT_SIZE,
     PJRT_Event_Await_Args => PJRT_Event_Await_Args_STRUCT_SIZE,
+    PJRT_NamedValue => PJRT_NamedValue_STRUCT_SIZE,
     PJRT_Client_Create_Args => PJRT_Client_Create_Args_STRUCT_SIZE,
     PJRT_Client_Destroy_Args => PJRT_Client_Destroy_Args_STRUCT_SIZE,
     PJRT_Client_PlatformName_Args => PJRT_Client_PlatformName_Args_STRUCT_SIZE,

@@ -92,6 +92,19 @@ pub(crate) struct ExecutableBuildOptionsProto {
     pub num_partitions: i64,
 }
 
+/// A debug option a client adds to (or changes in) lazyfuse's overrides,
+/// by XLA's `DebugOptions` field name: for example where a GPU client finds
+/// CUDA's `libdevice` and `ptxas` (`xla_gpu_cuda_data_dir`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum CompileOverride {
+    /// A string-valued option.
+    Str(String, String),
+    /// A bool-valued option.
+    Bool(String, bool),
+    /// An integer-valued option.
+    Int(String, i64),
+}
+
 /// The options lazyfuse compiles with.
 pub(crate) fn compile_options() -> CompileOptionsProto {
     CompileOptionsProto {
@@ -141,6 +154,22 @@ fn overrides(strict_fp: bool) -> BTreeMap<String, OptionOverrideProto> {
 /// executables can include it in their key, and so tests can pin it.
 pub fn compile_options_bytes() -> Vec<u8> {
     compile_options().encode_to_vec()
+}
+
+/// [`compile_options_bytes`] with `extra` debug options set on top (a name
+/// lazyfuse already sets takes the value given here).
+pub fn compile_options_bytes_with(extra: &[CompileOverride]) -> Vec<u8> {
+    let mut o = compile_options();
+    for e in extra {
+        let (name, value) = match e {
+            CompileOverride::Str(n, v) => (n, OptionValue::String(v.clone())),
+            CompileOverride::Bool(n, v) => (n, OptionValue::Bool(*v)),
+            CompileOverride::Int(n, v) => (n, OptionValue::Int(*v)),
+        };
+        o.env_option_overrides
+            .insert(name.clone(), OptionOverrideProto { value: Some(value) });
+    }
+    o.encode_to_vec()
 }
 
 #[cfg(test)]

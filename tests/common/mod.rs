@@ -2,6 +2,10 @@
 //! XLA plugin, or the reference-interpreter device), deterministic data and
 //! comparisons against the interpreter.
 //!
+//! The XLA backend is the CPU plugin, or GPU 0 with
+//! `LAZYFUSE_TEST_DEVICE=cuda` (the op tables, the lazy tests and every
+//! other test built on [`dev`] then run on the GPU).
+//!
 //! Backends: `LAZYFUSE_TEST_BACKENDS` is a comma list of `xla` and `interp`
 //! (default both). Tests declared with [`test_device!`] run once per backend
 //! (`name::xla`, `name::interp`); a backend that is not selected is skipped
@@ -60,11 +64,25 @@ pub fn current() -> Backend {
     CURRENT.with(|c| c.get()).unwrap_or(backends()[0])
 }
 
-/// The XLA CPU device (the provisioned plugin, or `TPU_PJRT_PLUGIN`).
+/// The XLA device under test: the CPU plugin (provisioned, or
+/// `TPU_PJRT_PLUGIN`), or GPU 0 with `LAZYFUSE_TEST_DEVICE=cuda`.
 pub fn xla_dev() -> Device {
     static D: OnceLock<Device> = OnceLock::new();
-    D.get_or_init(|| Device::cpu().expect("the XLA CPU plugin must load for integration tests"))
-        .clone()
+    D.get_or_init(|| {
+        match std::env::var("LAZYFUSE_TEST_DEVICE")
+            .as_deref()
+            .map(str::trim)
+        {
+            Ok("cuda") => {
+                Device::cuda(0).unwrap_or_else(|e| panic!("LAZYFUSE_TEST_DEVICE=cuda: {e}"))
+            }
+            Ok("cpu" | "") | Err(_) => {
+                Device::cpu().expect("the XLA CPU plugin must load for integration tests")
+            }
+            Ok(other) => panic!("LAZYFUSE_TEST_DEVICE={other:?}: use cpu or cuda"),
+        }
+    })
+    .clone()
 }
 
 /// The device under test: see [`current`].

@@ -1,5 +1,6 @@
 //! Finding the PJRT plugin lazyfuse runs on, and provisioning the default CPU
-//! plugin on first use.
+//! plugin on first use (the CUDA plugin: [`cuda`]; the wheel mechanics both
+//! share: `fetch`).
 //!
 //! Why provisioning: XLA's CPU plugin is a ~260 MB shared library that is not
 //! reasonable to vendor or build, but it is published on PyPI as the wheel
@@ -8,12 +9,14 @@
 //! later run. Users who cannot or do not want to download point
 //! `TPU_PJRT_PLUGIN` at a plugin they already have.
 
+pub mod cuda;
+mod driver;
+mod fetch;
+
+use fetch::{PinnedWheel, TempDir};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Environment variable naming a PJRT plugin to use instead of the default.
 pub const PLUGIN_ENV: &str = crate::config::PJRT_PLUGIN;
@@ -31,11 +34,6 @@ const SO_IN_WHEEL: &str = "xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so";
 const CACHE_SUBDIR: &str = "xla-cpu-pjrt-0.0.1";
 const SO_NAME: &str = "xla_cpu_pjrt.so";
 
-/// Streams one member of a zip archive to a file: `argv = [wheel, member, dest]`.
-const EXTRACT_PY: &str = "import shutil, sys, zipfile\n\
-with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], 'wb') as dst:\n    \
-shutil.copyfileobj(src, dst, 1 << 20)\n";
-
 /// Why the plugin could not be located or provisioned.
 ///
 /// The message states what failed (with the underlying error or the tail of
@@ -47,7 +45,7 @@ pub struct ProvisionError {
 }
 
 impl ProvisionError {
-    fn new(message: impl Into<String>) -> ProvisionError {
+    pub(crate) fn new(message: impl Into<String>) -> ProvisionError {
         ProvisionError {
             message: message.into(),
         }
@@ -112,14 +110,14 @@ pub fn default_plugin_path() -> Result<PathBuf, ProvisionError> {
 }
 
 /// The lazyfuse cache directory (see [`default_plugin_path`]).
-fn cache_dir() -> Result<PathBuf, ProvisionError> {
+pub(crate) fn cache_dir() -> Result<PathBuf, ProvisionError> {
     if let Some(dir) = crate::config::plugin_cache_root() {
         return Ok(dir);
     }
     Err(ProvisionError::new(format!(
-        "cannot locate the XLA CPU PJRT plugin: none of {CACHE_ENV}, XDG_CACHE_HOME or HOME is \
+        "cannot locate the PJRT plugin: none of {CACHE_ENV}, XDG_CACHE_HOME or HOME is \
          set, so there is no cache directory to provision it into; set {CACHE_ENV}=/some/dir, \
-         or set {PLUGIN_ENV}=/path/to/xla_cpu_pjrt.so"
+         or set {PLUGIN_ENV}=/path/to/the/plugin.so"
     )))
 }
 
@@ -148,53 +146,16 @@ fn provision(target: &Path) -> Result<(), ProvisionError> {
         cache = %target.display(),
         "lazyfuse: downloading the XLA CPU PJRT plugin ({WHEEL_NAME}=={WHEEL_VERSION}, ~63 MB) from PyPI; this happens once"
     );
-    let requirements = tmp.path.join("requirements.txt");
-    fs::write(
-        &requirements,
-        format!("{WHEEL_NAME}=={WHEEL_VERSION} --hash=sha256:{WHEEL_SHA256}\n"),
-    )
-    .map_err(|e| {
-        ProvisionError::step(
-            format!("cannot write {}: {e}", requirements.display()),
-            target,
-        )
-    })?;
-    let wheel_dir = tmp.path.join("wheel");
-    let mut pip = Command::new("python3");
-    pip.args([
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--require-hashes",
-    ])
-    .args([
-        "--disable-pip-version-check",
-        "--no-input",
-        "--progress-bar",
-        "off",
-    ])
-    .arg("--dest")
-    .arg(&wheel_dir)
-    .arg("-r")
-    .arg(&requirements);
-    run(pip, "`python3 -m pip download` of the pinned wheel", target)?;
-
-    let wheel = find_wheel(&wheel_dir).map_err(|e| ProvisionError::step(e, target))?;
+    let wheel = PinnedWheel {
+        name: WHEEL_NAME,
+        version: WHEEL_VERSION,
+        sha256: WHEEL_SHA256,
+    };
+    let wheels =
+        fetch::download(&[wheel], &tmp.path).map_err(|e| ProvisionError::step(e, target))?;
     let staged = tmp.path.join(SO_NAME);
-    let mut extract = Command::new("python3");
-    extract
-        .arg("-c")
-        .arg(EXTRACT_PY)
-        .arg(&wheel)
-        .arg(SO_IN_WHEEL)
-        .arg(&staged);
-    run(
-        extract,
-        "extracting the plugin from the wheel with python3 zipfile",
-        target,
-    )?;
+    fetch::extract_member(&wheels[0], SO_IN_WHEEL, &staged)
+        .map_err(|e| ProvisionError::step(e, target))?;
 
     fs::rename(&staged, target).map_err(|e| {
         ProvisionError::step(
@@ -208,78 +169,4 @@ fn provision(target: &Path) -> Result<(), ProvisionError> {
     })?;
     tracing::info!(path = %target.display(), "lazyfuse: XLA CPU PJRT plugin installed");
     Ok(())
-}
-
-/// Runs a command to completion, turning every failure into a `ProvisionError`
-/// that quotes the end of its output.
-fn run(mut cmd: Command, what: &str, target: &Path) -> Result<(), ProvisionError> {
-    let out = cmd.output().map_err(|e| {
-        let hint = if e.kind() == std::io::ErrorKind::NotFound {
-            " (python3 is not installed or not on PATH)"
-        } else {
-            ""
-        };
-        ProvisionError::step(format!("{what}: cannot run python3{hint}: {e}"), target)
-    })?;
-    if out.status.success() {
-        return Ok(());
-    }
-    let mut log = String::from_utf8_lossy(&out.stderr).into_owned();
-    if log.trim().is_empty() {
-        log = String::from_utf8_lossy(&out.stdout).into_owned();
-    }
-    let tail: Vec<&str> = log.lines().rev().take(15).collect();
-    let tail: Vec<&str> = tail.into_iter().rev().collect();
-    Err(ProvisionError::step(
-        format!("{what} failed ({}):\n{}", out.status, tail.join("\n")),
-        target,
-    ))
-}
-
-/// The single `.whl` pip left in `dir`.
-fn find_wheel(dir: &Path) -> Result<PathBuf, String> {
-    let entries = fs::read_dir(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
-    let wheels: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "whl"))
-        .collect();
-    match wheels.as_slice() {
-        [one] => Ok(one.clone()),
-        _ => Err(format!(
-            "pip reported success but left {} wheel files in {}",
-            wheels.len(),
-            dir.display()
-        )),
-    }
-}
-
-/// A uniquely named directory, removed with its contents on drop.
-struct TempDir {
-    path: PathBuf,
-}
-
-impl TempDir {
-    fn create_in(parent: &Path) -> std::io::Result<TempDir> {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        loop {
-            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-            let path = parent.join(format!(".provision-{}-{nanos}-{n}", std::process::id()));
-            match fs::create_dir(&path) {
-                Ok(()) => return Ok(TempDir { path }),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(e),
-            }
-        }
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        if let Err(e) = fs::remove_dir_all(&self.path) {
-            tracing::warn!(path = %self.path.display(), error = %e, "lazyfuse: cannot remove temporary directory");
-        }
-    }
 }
