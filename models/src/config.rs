@@ -1,0 +1,278 @@
+//! `config.json` of a Llama-architecture checkpoint, as transformers writes
+//! it: both the older top-level `rope_theta` / `rope_scaling` and
+//! transformers 5's `rope_parameters` object.
+
+use crate::{ModelError, Result};
+use serde_json::Value;
+use std::path::Path;
+
+/// Rotary-embedding frequency scaling.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RopeScaling {
+    /// Plain `theta^(-2i/d)` frequencies.
+    Default,
+    /// Llama 3's: long wavelengths divided by `factor`, short ones kept,
+    /// the band between interpolated.
+    Llama3 {
+        /// Divisor of the low frequencies.
+        factor: f64,
+        /// Wavelengths above `original_max_position_embeddings / low_freq_factor` are scaled.
+        low_freq_factor: f64,
+        /// Wavelengths below `original_max_position_embeddings / high_freq_factor` are kept.
+        high_freq_factor: f64,
+        /// The context length the model was trained at.
+        original_max_position_embeddings: f64,
+    },
+}
+
+/// The hyper-parameters of a Llama-family model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaConfig {
+    /// `model_type`: `llama` or `qwen2` (which adds q/k/v biases).
+    pub model_type: String,
+    /// Tokens in the vocabulary.
+    pub vocab_size: usize,
+    /// Width of the residual stream.
+    pub hidden_size: usize,
+    /// Width of the SwiGLU MLP.
+    pub intermediate_size: usize,
+    /// Decoder layers.
+    pub num_hidden_layers: usize,
+    /// Query heads.
+    pub num_attention_heads: usize,
+    /// Key/value heads (grouped-query attention; equal to the query heads without GQA).
+    pub num_key_value_heads: usize,
+    /// Width of one head (`head_dim` when given, else hidden / heads).
+    pub head_dim: usize,
+    /// RMSNorm epsilon.
+    pub rms_norm_eps: f64,
+    /// Rotary base.
+    pub rope_theta: f64,
+    /// Rotary frequency scaling.
+    pub rope_scaling: RopeScaling,
+    /// The output projection is the embedding matrix.
+    pub tie_word_embeddings: bool,
+    /// Biases on the q, k and v projections (Qwen2, or Llama's `attention_bias`).
+    pub qkv_bias: bool,
+    /// Bias on the output projection (Llama's `attention_bias`).
+    pub o_bias: bool,
+    /// Biases on the MLP's projections (Llama's `mlp_bias`).
+    pub mlp_bias: bool,
+    /// Longest context the model supports.
+    pub max_position_embeddings: usize,
+    /// Tokens that end generation (`eos_token_id`, a number or a list).
+    pub eos_token_ids: Vec<u32>,
+}
+
+fn bad(field: &str, why: impl std::fmt::Display) -> ModelError {
+    ModelError::Config(format!("config.json: {field}: {why}"))
+}
+
+fn usize_field(v: &Value, field: &str) -> Result<usize> {
+    v.get(field)
+        .ok_or_else(|| bad(field, "missing"))?
+        .as_u64()
+        .map(|n| n as usize)
+        .ok_or_else(|| bad(field, "not a non-negative integer"))
+}
+
+fn opt_f64(v: &Value, field: &str) -> Result<Option<f64>> {
+    match v.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(x) => x
+            .as_f64()
+            .map(Some)
+            .ok_or_else(|| bad(field, "not a number")),
+    }
+}
+
+/// Token ids from a number or a list of numbers (`eos_token_id`).
+pub(crate) fn token_ids(v: Option<&Value>) -> Vec<u32> {
+    match v {
+        Some(Value::Number(n)) => n.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(|x| x.as_u64())
+            .map(|x| x as u32)
+            .collect(),
+        _ => vec![],
+    }
+}
+
+impl LlamaConfig {
+    /// Reads `dir/config.json`.
+    pub fn from_dir(dir: &Path) -> Result<LlamaConfig> {
+        let path = dir.join("config.json");
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| ModelError::Config(format!("cannot read {}: {e}", path.display())))?;
+        let v: Value = serde_json::from_str(&text)
+            .map_err(|e| ModelError::Config(format!("{}: {e}", path.display())))?;
+        LlamaConfig::from_json(&v)
+    }
+
+    /// Parses a `config.json` value.
+    pub fn from_json(v: &Value) -> Result<LlamaConfig> {
+        let model_type = v
+            .get("model_type")
+            .and_then(Value::as_str)
+            .unwrap_or("llama")
+            .to_string();
+        if !["llama", "qwen2", "mistral"].contains(&model_type.as_str()) {
+            return Err(bad(
+                "model_type",
+                format!("{model_type:?} is not a Llama-architecture model (llama, qwen2, mistral)"),
+            ));
+        }
+        let hidden_size = usize_field(v, "hidden_size")?;
+        let heads = usize_field(v, "num_attention_heads")?;
+        if heads == 0 || hidden_size == 0 {
+            return Err(bad(
+                "num_attention_heads",
+                "heads and hidden_size must be positive",
+            ));
+        }
+        let kv_heads = match v.get("num_key_value_heads") {
+            None | Some(Value::Null) => heads,
+            Some(_) => usize_field(v, "num_key_value_heads")?,
+        };
+        if kv_heads == 0 || heads % kv_heads != 0 {
+            return Err(bad(
+                "num_key_value_heads",
+                format!("{kv_heads} does not divide num_attention_heads {heads}"),
+            ));
+        }
+        let head_dim = match v.get("head_dim") {
+            None | Some(Value::Null) => {
+                if hidden_size % heads != 0 {
+                    return Err(bad("hidden_size", format!("{hidden_size} is not a multiple of {heads} heads and no head_dim is given")));
+                }
+                hidden_size / heads
+            }
+            Some(_) => usize_field(v, "head_dim")?,
+        };
+        if head_dim % 2 != 0 {
+            return Err(bad(
+                "head_dim",
+                format!("{head_dim} is odd; rotary embeddings need pairs"),
+            ));
+        }
+        // transformers 5: rope_parameters { rope_type, rope_theta, ... };
+        // before: top-level rope_theta and an optional rope_scaling object.
+        let params = v.get("rope_parameters").filter(|p| p.is_object());
+        let scaling_obj = params.or_else(|| v.get("rope_scaling").filter(|p| p.is_object()));
+        let rope_theta = match params
+            .map(|p| opt_f64(p, "rope_theta"))
+            .transpose()?
+            .flatten()
+        {
+            Some(t) => t,
+            None => opt_f64(v, "rope_theta")?.unwrap_or(10000.0),
+        };
+        let rope_scaling = match scaling_obj {
+            None => RopeScaling::Default,
+            Some(s) => {
+                let kind = s
+                    .get("rope_type")
+                    .or_else(|| s.get("type"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("default");
+                match kind {
+                    "default" => RopeScaling::Default,
+                    "llama3" => {
+                        let need = |f: &str| {
+                            opt_f64(s, f)?
+                                .ok_or_else(|| bad(&format!("rope scaling {f}"), "missing"))
+                        };
+                        RopeScaling::Llama3 {
+                            factor: need("factor")?,
+                            low_freq_factor: need("low_freq_factor")?,
+                            high_freq_factor: need("high_freq_factor")?,
+                            original_max_position_embeddings: need(
+                                "original_max_position_embeddings",
+                            )?,
+                        }
+                    }
+                    other => {
+                        return Err(bad(
+                            "rope_type",
+                            format!("{other:?} is not supported (default, llama3)"),
+                        ))
+                    }
+                }
+            }
+        };
+        let attention_bias = v
+            .get("attention_bias")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        if let Some(act) = v.get("hidden_act").and_then(Value::as_str) {
+            if act != "silu" {
+                return Err(bad(
+                    "hidden_act",
+                    format!("{act:?} is not supported (the SwiGLU MLP uses silu)"),
+                ));
+            }
+        }
+        let qwen = model_type == "qwen2";
+        Ok(LlamaConfig {
+            vocab_size: usize_field(v, "vocab_size")?,
+            hidden_size,
+            intermediate_size: usize_field(v, "intermediate_size")?,
+            num_hidden_layers: usize_field(v, "num_hidden_layers")?,
+            num_attention_heads: heads,
+            num_key_value_heads: kv_heads,
+            head_dim,
+            rms_norm_eps: opt_f64(v, "rms_norm_eps")?.unwrap_or(1e-6),
+            rope_theta,
+            rope_scaling,
+            tie_word_embeddings: v
+                .get("tie_word_embeddings")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            qkv_bias: qwen || attention_bias,
+            o_bias: attention_bias,
+            mlp_bias: v.get("mlp_bias").and_then(Value::as_bool).unwrap_or(false),
+            max_position_embeddings: v
+                .get("max_position_embeddings")
+                .and_then(Value::as_u64)
+                .unwrap_or(4096) as usize,
+            eos_token_ids: token_ids(v.get("eos_token_id")),
+            model_type,
+        })
+    }
+
+    /// The rotary inverse frequencies, one per pair of a head's dimensions,
+    /// with the configured scaling (computed in f64 as transformers does in f32).
+    pub fn inv_freq(&self) -> Vec<f64> {
+        let d = self.head_dim as f64;
+        let base: Vec<f64> = (0..self.head_dim / 2)
+            .map(|i| 1.0 / self.rope_theta.powf(2.0 * i as f64 / d))
+            .collect();
+        match self.rope_scaling {
+            RopeScaling::Default => base,
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings: old,
+            } => {
+                let low_wavelen = old / low_freq_factor;
+                let high_wavelen = old / high_freq_factor;
+                base.into_iter()
+                    .map(|f| {
+                        let wavelen = 2.0 * std::f64::consts::PI / f;
+                        if wavelen < high_wavelen {
+                            f
+                        } else if wavelen > low_wavelen {
+                            f / factor
+                        } else {
+                            let smooth = (old / wavelen - low_freq_factor)
+                                / (high_freq_factor - low_freq_factor);
+                            (1.0 - smooth) * f / factor + smooth * f
+                        }
+                    })
+                    .collect()
+            }
+        }
+    }
+}

@@ -1,0 +1,35 @@
+//! # lazyfuse-models
+//!
+//! Model families built only on lazyfuse's public API (`Tensor`, `Device`):
+//! the core stays model-agnostic. First family: the Llama architecture and
+//! its close relatives (Qwen2's q/k/v biases), loaded from checkpoint
+//! directories as Hugging Face transformers writes them (`config.json`,
+//! `model.safetensors` or shards with `model.safetensors.index.json`; f32,
+//! bf16 or f16 weights).
+
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod llama;
+pub mod weights;
+
+pub use config::{LlamaConfig, RopeScaling};
+pub use llama::Llama;
+
+/// Why a model could not be loaded or run.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// `config.json` is missing, malformed, or describes an unsupported model.
+    #[error("{0}")]
+    Config(String),
+    /// A checkpoint file or tensor is missing, misnamed or of the wrong shape
+    /// or dtype: the message names the tensor.
+    #[error("{0}")]
+    Checkpoint(String),
+    /// A tensor operation failed.
+    #[error(transparent)]
+    Tensor(#[from] lazyfuse::Error),
+}
+
+/// `Result` with [`ModelError`].
+pub type Result<T> = std::result::Result<T, ModelError>;

@@ -1,0 +1,438 @@
+//! The Llama architecture: RMSNorm, rotary embeddings (default and
+//! `llama3` scaling), grouped-query attention, a SwiGLU MLP, tied or
+//! separate output embeddings, and Qwen2's q/k/v biases. Written with
+//! lazyfuse's public `Tensor` API only, the way a user would write it; the
+//! runtime fuses it.
+
+use crate::config::LlamaConfig;
+use crate::weights::Checkpoint;
+use crate::{ModelError, Result};
+use lazyfuse::{DType, Device, Tensor};
+use std::path::Path;
+
+/// A linear layer `x @ w (+ b)`, `w` stored `[in, out]`.
+struct Linear {
+    w: Tensor,
+    b: Option<Tensor>,
+}
+
+impl Linear {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let y = x.matmul(&self.w)?;
+        Ok(match &self.b {
+            Some(b) => y.add(b)?,
+            None => y,
+        })
+    }
+}
+
+struct Layer {
+    input_norm: Tensor,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    post_norm: Tensor,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+/// A Llama-family causal language model on one device.
+pub struct Llama {
+    /// The configuration it was built from.
+    pub config: LlamaConfig,
+    device: Device,
+    embed: Tensor,
+    layers: Vec<Layer>,
+    norm: Tensor,
+    /// `[hidden, vocab]`.
+    lm_head: Tensor,
+}
+
+/// Loads weights by name with the shapes the config implies.
+struct Loader<'a> {
+    ck: &'a Checkpoint,
+    dev: &'a Device,
+}
+
+impl Loader<'_> {
+    fn vector(&self, name: &str, n: usize) -> Result<Tensor> {
+        let v = self.ck.f32(name, &[n])?;
+        Ok(Tensor::from_slice(&v, &[n], self.dev)?)
+    }
+
+    /// A PyTorch `[out, in]` weight, stored transposed as `[in, out]`.
+    fn linear(&self, prefix: &str, inp: usize, out: usize, bias: bool) -> Result<Linear> {
+        let w = self.ck.f32(&format!("{prefix}.weight"), &[out, inp])?;
+        let mut t = vec![0f32; w.len()];
+        for o in 0..out {
+            for i in 0..inp {
+                t[i * out + o] = w[o * inp + i];
+            }
+        }
+        let b = if bias {
+            Some(self.vector(&format!("{prefix}.bias"), out)?)
+        } else {
+            None
+        };
+        Ok(Linear {
+            w: Tensor::from_slice(&t, &[inp, out], self.dev)?,
+            b,
+        })
+    }
+}
+
+impl Llama {
+    /// Loads a checkpoint directory (`config.json` and safetensors weights).
+    pub fn load(dir: impl AsRef<Path>, device: &Device) -> Result<Llama> {
+        let dir = dir.as_ref();
+        let config = LlamaConfig::from_dir(dir)?;
+        let ck = Checkpoint::open(dir)?;
+        Llama::from_checkpoint(config, &ck, device)
+    }
+
+    /// Builds the model from a parsed config and an opened checkpoint.
+    pub fn from_checkpoint(config: LlamaConfig, ck: &Checkpoint, device: &Device) -> Result<Llama> {
+        let c = &config;
+        let l = Loader { ck, dev: device };
+        let (h, hd) = (c.hidden_size, c.head_dim);
+        let (qd, kvd) = (c.num_attention_heads * hd, c.num_key_value_heads * hd);
+        let embed_host = ck.f32("model.embed_tokens.weight", &[c.vocab_size, h])?;
+        let embed = Tensor::from_slice(&embed_host, &[c.vocab_size, h], device)?;
+        let mut layers = Vec::with_capacity(c.num_hidden_layers);
+        for i in 0..c.num_hidden_layers {
+            let p = format!("model.layers.{i}");
+            layers.push(Layer {
+                input_norm: l.vector(&format!("{p}.input_layernorm.weight"), h)?,
+                q: l.linear(&format!("{p}.self_attn.q_proj"), h, qd, c.qkv_bias)?,
+                k: l.linear(&format!("{p}.self_attn.k_proj"), h, kvd, c.qkv_bias)?,
+                v: l.linear(&format!("{p}.self_attn.v_proj"), h, kvd, c.qkv_bias)?,
+                o: l.linear(&format!("{p}.self_attn.o_proj"), qd, h, c.o_bias)?,
+                post_norm: l.vector(&format!("{p}.post_attention_layernorm.weight"), h)?,
+                gate: l.linear(
+                    &format!("{p}.mlp.gate_proj"),
+                    h,
+                    c.intermediate_size,
+                    c.mlp_bias,
+                )?,
+                up: l.linear(
+                    &format!("{p}.mlp.up_proj"),
+                    h,
+                    c.intermediate_size,
+                    c.mlp_bias,
+                )?,
+                down: l.linear(
+                    &format!("{p}.mlp.down_proj"),
+                    c.intermediate_size,
+                    h,
+                    c.mlp_bias,
+                )?,
+            });
+        }
+        let norm = l.vector("model.norm.weight", h)?;
+        let lm_head = if c.tie_word_embeddings && !ck.contains("lm_head.weight") {
+            embed.transpose(0, 1)?
+        } else if c.tie_word_embeddings {
+            // Some writers store the tied copy anyway: it must equal the embedding.
+            let w = ck.f32("lm_head.weight", &[c.vocab_size, h])?;
+            if w != embed_host {
+                return Err(ModelError::Checkpoint(
+                    "tie_word_embeddings is set but lm_head.weight differs from model.embed_tokens.weight".into(),
+                ));
+            }
+            embed.transpose(0, 1)?
+        } else {
+            l.linear("lm_head", h, c.vocab_size, false)?.w
+        };
+        lm_head.realize()?;
+        Ok(Llama {
+            config,
+            device: device.clone(),
+            embed,
+            layers,
+            norm,
+            lm_head,
+        })
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    fn rms_norm(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+        let var = x.mul(x)?.mean(&[-1], true)?;
+        Ok(x.mul(&var.add_scalar(self.config.rms_norm_eps)?.rsqrt()?)?
+            .mul(w)?)
+    }
+
+    /// `cos` and `sin` tables `[t, head_dim]` for positions `pos0..pos0+t`,
+    /// computed as transformers does (f32 frequencies times f32 positions).
+    fn rope_tables(&self, pos0: usize, t: usize) -> Result<(Tensor, Tensor)> {
+        let inv: Vec<f32> = self.config.inv_freq().iter().map(|&f| f as f32).collect();
+        let hd = self.config.head_dim;
+        let (mut cos, mut sin) = (Vec::with_capacity(t * hd), Vec::with_capacity(t * hd));
+        for p in pos0..pos0 + t {
+            // transformers' `cat(freqs, freqs)`: the table twice per row.
+            for _ in 0..2 {
+                for &f in &inv {
+                    let a = f * p as f32;
+                    cos.push((a as f64).cos() as f32);
+                    sin.push((a as f64).sin() as f32);
+                }
+            }
+        }
+        Ok((
+            Tensor::from_slice(&cos, &[t, hd], &self.device)?,
+            Tensor::from_slice(&sin, &[t, hd], &self.device)?,
+        ))
+    }
+
+    /// `x * cos + rotate_half(x) * sin` over the last axis.
+    fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+        let hd = *x.dims().last().expect("rank 4");
+        let x1 = x.narrow(-1, 0, hd / 2)?;
+        let x2 = x.narrow(-1, hd / 2, hd / 2)?;
+        let rot = Tensor::cat(&[&x2.neg()?, &x1], -1)?;
+        Ok(x.mul(cos)?.add(&rot.mul(sin)?)?)
+    }
+
+    /// A key/value cache of `capacity` positions for `batch` sequences.
+    pub fn new_cache(&self, batch: usize, capacity: usize) -> Result<KvCache> {
+        let c = &self.config;
+        let dims = [batch, c.num_key_value_heads, capacity, c.head_dim];
+        let zeros = || Tensor::zeros(&dims, DType::F32, &self.device);
+        let mut k = Vec::with_capacity(c.num_hidden_layers);
+        let mut v = Vec::with_capacity(c.num_hidden_layers);
+        for _ in 0..c.num_hidden_layers {
+            k.push(zeros()?);
+            v.push(zeros()?);
+        }
+        Ok(KvCache {
+            k,
+            v,
+            len: 0,
+            capacity,
+            batch,
+        })
+    }
+
+    /// Logits `[batch, t, vocab]` for the next `t` tokens of every sequence
+    /// in `cache`, whose keys and values are written into it.
+    ///
+    /// The cache has a fixed capacity, and attention covers all of it with
+    /// the positions not yet written masked out. A one-token step therefore
+    /// has the same shapes at every position: the position reaches the
+    /// compiled code as lifted scalars, so a decode loop compiles its step
+    /// once. Writing a one-token step selects the new row into place; a
+    /// longer chunk (the prompt) is padded to the capacity.
+    pub fn forward_cached(&self, ids: &[Vec<u32>], cache: &mut KvCache) -> Result<Tensor> {
+        let c = &self.config;
+        let (b, t) = self.check_ids(ids)?;
+        if b != cache.batch {
+            return Err(ModelError::Config(format!(
+                "{b} sequences given to a cache of {}",
+                cache.batch
+            )));
+        }
+        let (pos0, cap) = (cache.len, cache.capacity);
+        if pos0 + t > cap {
+            return Err(ModelError::Config(format!(
+                "the cache holds {cap} positions: {pos0} used, {t} more asked for"
+            )));
+        }
+        let mut x = self.embed_ids(ids)?;
+        let (cos, sin) = self.rope_tables(pos0, t)?;
+        let (nh, nkv, hd) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+        let dev = &self.device;
+        let keys = Tensor::arange(0.0, cap as f64, DType::I64, dev)?;
+        let queries = Tensor::arange(0.0, t as f64, DType::I64, dev)?.add_scalar(pos0 as f64)?;
+        // [t, cap]: true where the key lies after the query (not yet written
+        // or in the future), so it is masked out.
+        let masked = keys.unsqueeze(0)?.gt(&queries.unsqueeze(1)?)?;
+        // [cap, 1]: the rows this step writes.
+        let written = if t == 1 {
+            Some(keys.eq_scalar(pos0 as f64)?.unsqueeze(1)?)
+        } else {
+            None
+        };
+        let place = |new: &Tensor, old: &Tensor| -> Result<Tensor> {
+            match &written {
+                Some(row) => Ok(row.where_cond(&new.broadcast_to(&[b, nkv, cap, hd])?, old)?),
+                None => {
+                    let mut parts = Vec::new();
+                    let before = (pos0 > 0).then(|| old.narrow(2, 0, pos0)).transpose()?;
+                    let after = (pos0 + t < cap)
+                        .then(|| old.narrow(2, pos0 + t, cap - pos0 - t))
+                        .transpose()?;
+                    parts.extend(before.as_ref());
+                    parts.push(new);
+                    parts.extend(after.as_ref());
+                    Ok(Tensor::cat(&parts, 2)?)
+                }
+            }
+        };
+        let scale = 1.0 / (hd as f64).sqrt();
+        for (i, l) in self.layers.iter().enumerate() {
+            let h = self.rms_norm(&x, &l.input_norm)?;
+            let heads = |lin: &Linear, n: usize| -> Result<Tensor> {
+                Ok(lin
+                    .forward(&h)?
+                    .reshape(&[b, t, n, hd])?
+                    .permute(&[0, 2, 1, 3])?)
+            };
+            let q = Llama::rope(&heads(&l.q, nh)?, &cos, &sin)?;
+            let k_new = Llama::rope(&heads(&l.k, nkv)?, &cos, &sin)?;
+            let v_new = heads(&l.v, nkv)?;
+            cache.k[i] = place(&k_new, &cache.k[i])?;
+            cache.v[i] = place(&v_new, &cache.v[i])?;
+            let (k, v) = (
+                repeat_kv(&cache.k[i], nh / nkv)?,
+                repeat_kv(&cache.v[i], nh / nkv)?,
+            );
+            let att = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(scale)?;
+            let att = att.masked_fill(&masked, f64::NEG_INFINITY)?.softmax(-1)?;
+            let y = att
+                .matmul(&v)?
+                .permute(&[0, 2, 1, 3])?
+                .reshape(&[b, t, nh * hd])?;
+            x = x.add(&l.o.forward(&y)?)?;
+            x = self.mlp(&x, l)?;
+        }
+        cache.len += t;
+        Ok(self.rms_norm(&x, &self.norm)?.matmul(&self.lm_head)?)
+    }
+
+    /// Greedy decoding of `max_new` tokens after `prompt` (no early stop),
+    /// with a cache sized for exactly prompt and continuation.
+    pub fn generate_greedy(&self, prompt: &[u32], max_new: usize) -> Result<Vec<u32>> {
+        let mut cache = self.new_cache(1, prompt.len() + max_new)?;
+        let mut logits = self.forward_cached(&[prompt.to_vec()], &mut cache)?;
+        let mut out = Vec::with_capacity(max_new);
+        for _ in 0..max_new {
+            let t = logits.dims()[1];
+            let next = logits
+                .narrow(1, t - 1, 1)?
+                .argmax(-1, false)?
+                .to_vec::<i64>()?[0] as u32;
+            out.push(next);
+            if out.len() == max_new {
+                break;
+            }
+            logits = self.forward_cached(&[vec![next]], &mut cache)?;
+        }
+        Ok(out)
+    }
+
+    fn check_ids(&self, ids: &[Vec<u32>]) -> Result<(usize, usize)> {
+        let b = ids.len();
+        let t = ids.first().map_or(0, Vec::len);
+        if b == 0 || t == 0 || ids.iter().any(|r| r.len() != t) {
+            return Err(ModelError::Config(format!(
+                "forward needs a non-empty batch of equal-length rows, got lengths {:?}",
+                ids.iter().map(Vec::len).collect::<Vec<_>>()
+            )));
+        }
+        let vocab = self.config.vocab_size;
+        if let Some(bad) = ids.iter().flatten().find(|&&i| i as usize >= vocab) {
+            return Err(ModelError::Config(format!(
+                "token id {bad} is outside the vocabulary of {vocab}"
+            )));
+        }
+        Ok((b, t))
+    }
+
+    /// `[batch, t, hidden]` embeddings of `ids`.
+    fn embed_ids(&self, ids: &[Vec<u32>]) -> Result<Tensor> {
+        let (b, t) = (ids.len(), ids[0].len());
+        let flat: Vec<i64> = ids.iter().flatten().map(|&i| i as i64).collect();
+        let idx = Tensor::from_slice(&flat, &[b * t], &self.device)?;
+        Ok(self
+            .embed
+            .index_select(0, &idx)?
+            .reshape(&[b, t, self.config.hidden_size])?)
+    }
+
+    /// The residual SwiGLU block: `x + down(silu(gate(h)) * up(h))`, `h` the normed `x`.
+    fn mlp(&self, x: &Tensor, l: &Layer) -> Result<Tensor> {
+        let h = self.rms_norm(x, &l.post_norm)?;
+        let g = l.gate.forward(&h)?;
+        let act = g.mul(&g.sigmoid()?)?.mul(&l.up.forward(&h)?)?;
+        Ok(x.add(&l.down.forward(&act)?)?)
+    }
+
+    /// Logits `[batch, t, vocab]` for token ids `ids` (`batch` rows of equal
+    /// length `t`) at positions `0..t`, with causal attention.
+    pub fn forward(&self, ids: &[Vec<u32>]) -> Result<Tensor> {
+        let c = &self.config;
+        let (b, t) = self.check_ids(ids)?;
+        let mut x = self.embed_ids(ids)?;
+        let (cos, sin) = self.rope_tables(0, t)?;
+        let (nh, nkv, hd) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+        let rows = Tensor::arange(0.0, t as f64, DType::I64, &self.device)?;
+        let future = rows.unsqueeze(0)?.gt(&rows.unsqueeze(1)?)?;
+        let scale = 1.0 / (hd as f64).sqrt();
+        for l in &self.layers {
+            let h = self.rms_norm(&x, &l.input_norm)?;
+            let heads = |lin: &Linear, n: usize| -> Result<Tensor> {
+                Ok(lin
+                    .forward(&h)?
+                    .reshape(&[b, t, n, hd])?
+                    .permute(&[0, 2, 1, 3])?)
+            };
+            let q = Llama::rope(&heads(&l.q, nh)?, &cos, &sin)?;
+            let k = Llama::rope(&heads(&l.k, nkv)?, &cos, &sin)?;
+            let v = heads(&l.v, nkv)?;
+            let (k, v) = (repeat_kv(&k, nh / nkv)?, repeat_kv(&v, nh / nkv)?);
+            let att = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(scale)?;
+            let att = att.masked_fill(&future, f64::NEG_INFINITY)?.softmax(-1)?;
+            let y = att
+                .matmul(&v)?
+                .permute(&[0, 2, 1, 3])?
+                .reshape(&[b, t, nh * hd])?;
+            x = x.add(&l.o.forward(&y)?)?;
+            x = self.mlp(&x, l)?;
+        }
+        Ok(self.rms_norm(&x, &self.norm)?.matmul(&self.lm_head)?)
+    }
+}
+
+/// `[b, kv, s, d]` keys or values repeated to `[b, kv * rep, s, d]` for
+/// grouped-query attention (each kv head serves `rep` query heads).
+fn repeat_kv(x: &Tensor, rep: usize) -> Result<Tensor> {
+    if rep == 1 {
+        return Ok(x.clone());
+    }
+    let d = x.dims().to_vec();
+    Ok(x.unsqueeze(2)?
+        .broadcast_to(&[d[0], d[1], rep, d[2], d[3]])?
+        .reshape(&[d[0], d[1] * rep, d[2], d[3]])?)
+}
+
+/// Keys and values of every layer for `batch` sequences, `capacity`
+/// positions each (`[batch, kv_heads, capacity, head_dim]` per layer).
+pub struct KvCache {
+    k: Vec<Tensor>,
+    v: Vec<Tensor>,
+    len: usize,
+    capacity: usize,
+    batch: usize,
+}
+
+impl KvCache {
+    /// Positions written so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing has been written.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Positions it can hold.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+}

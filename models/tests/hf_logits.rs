@@ -1,0 +1,178 @@
+//! Checkpoints made by transformers (`scripts/make_hf_fixtures.py`, committed
+//! under `tests/fixtures/hf/`): lazyfuse's prompt logits and greedy tokens
+//! against transformers', fused and unfused, and bad checkpoints as `Err`s.
+
+use lazyfuse::{Device, FusionGuard};
+use lazyfuse_models::{Llama, ModelError};
+use serde_json::Value;
+use std::path::PathBuf;
+
+const FIXTURES: &[&str] = &[
+    "llama_gqa",
+    "llama_tied_llama3",
+    "qwen2",
+    "llama_bf16",
+    "llama_sharded",
+];
+
+fn dir(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/hf")
+        .join(name)
+}
+
+fn expected(name: &str) -> Value {
+    let text = std::fs::read_to_string(dir(name).join("expected.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+#[test]
+fn prompt_logits_match_transformers_fused_and_unfused() {
+    let dev = Device::cpu().unwrap();
+    for name in FIXTURES {
+        let e = expected(name);
+        let prompt = ids(&e["prompt_ids"]);
+        let want: Vec<f32> = e["logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| {
+                r.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap() as f32)
+            })
+            .collect();
+        let model = Llama::load(dir(name), &dev).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for fuse in [true, false] {
+            let _g = FusionGuard::new(fuse);
+            let got: Vec<f32> = model.forward(std::slice::from_ref(&prompt)).unwrap().to_vec().unwrap();
+            assert_eq!(got.len(), want.len(), "{name}");
+            let worst = got
+                .iter()
+                .zip(&want)
+                .map(|(g, w)| (g - w).abs())
+                .fold(0f32, f32::max);
+            eprintln!("{name} fused={fuse}: max |logit - transformers| = {worst:e}");
+            assert!(
+                worst <= 1e-4,
+                "{name} fused={fuse}: max abs difference {worst}"
+            );
+        }
+    }
+}
+
+#[test]
+fn bad_checkpoints_are_errs_naming_the_tensor() {
+    let dev = Device::interpreter();
+    let scratch = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bad_checkpoints");
+    let _ = std::fs::remove_dir_all(&scratch);
+    let copy = |tag: &str| -> PathBuf {
+        let d = scratch.join(tag);
+        std::fs::create_dir_all(&d).unwrap();
+        for f in ["config.json", "model.safetensors"] {
+            std::fs::copy(dir("llama_gqa").join(f), d.join(f)).unwrap();
+        }
+        d
+    };
+    let err = |d: &PathBuf| match Llama::load(d, &dev) {
+        Ok(_) => panic!("{} loaded", d.display()),
+        Err(e) => e,
+    };
+    let edit_config = |d: &PathBuf, f: &dyn Fn(&mut Value)| {
+        let p = d.join("config.json");
+        let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        f(&mut v);
+        std::fs::write(&p, v.to_string()).unwrap();
+    };
+
+    // A shape that disagrees with the config names the tensor.
+    let d = copy("shape");
+    edit_config(&d, &|v| v["intermediate_size"] = 96.into());
+    let e = err(&d);
+    assert!(matches!(e, ModelError::Checkpoint(_)), "{e}");
+    assert!(
+        e.to_string()
+            .contains("model.layers.0.mlp.gate_proj.weight"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("[96, 64]"), "{e}");
+
+    // A layer the checkpoint does not have.
+    let d = copy("missing");
+    edit_config(&d, &|v| v["num_hidden_layers"] = 3.into());
+    let e = err(&d);
+    assert!(
+        e.to_string()
+            .contains("model.layers.2.input_layernorm.weight"),
+        "{e}"
+    );
+
+    // A misnamed tensor (renamed in the file).
+    let d = copy("misnamed");
+    let p = d.join("model.safetensors");
+    let mut bytes = std::fs::read(&p).unwrap();
+    let from = b"model.norm.weight";
+    let pos = bytes.windows(from.len()).position(|w| w == from).unwrap();
+    bytes[pos..pos + from.len()].copy_from_slice(b"model.norm.weighx");
+    std::fs::write(&p, bytes).unwrap();
+    let e = err(&d);
+    assert!(e.to_string().contains("\"model.norm.weight\""), "{e}");
+
+    // No weights at all, and configs that cannot describe a model.
+    let d = copy("noweights");
+    std::fs::remove_file(d.join("model.safetensors")).unwrap();
+    assert!(err(&d).to_string().contains("neither model.safetensors"));
+    let d = copy("gqa");
+    edit_config(&d, &|v| v["num_key_value_heads"] = 3.into());
+    assert!(err(&d).to_string().contains("does not divide"));
+    let d = copy("act");
+    edit_config(&d, &|v| v["hidden_act"] = "gelu".into());
+    assert!(err(&d).to_string().contains("hidden_act"));
+    let d = copy("noconfig");
+    std::fs::remove_file(d.join("config.json")).unwrap();
+    assert!(matches!(err(&d), ModelError::Config(_)));
+}
+
+#[test]
+fn greedy_tokens_match_transformers_and_decoding_compiles_once() {
+    let dev = Device::cpu().unwrap();
+    for name in FIXTURES {
+        let e = expected(name);
+        let prompt = ids(&e["prompt_ids"]);
+        let want = ids(&e["greedy_ids"]);
+        let model = Llama::load(dir(name), &dev).unwrap();
+        let got = model.generate_greedy(&prompt, want.len()).unwrap();
+        assert_eq!(got, want, "{name}: greedy tokens differ from transformers'");
+    }
+    // A long decode: after the first few tokens nothing compiles.
+    let model = Llama::load(dir("llama_gqa"), &dev).unwrap();
+    let mut cache = model.new_cache(1, 140).unwrap();
+    let mut logits = model
+        .forward_cached(&[vec![3, 17, 101]], &mut cache)
+        .unwrap();
+    let mut compiles_after_warmup = 0;
+    for step in 0..128 {
+        let next = logits.argmax(-1, false).unwrap().to_vec::<i64>().unwrap();
+        let before = lazyfuse::metrics::snapshot().compiles;
+        logits = model
+            .forward_cached(&[vec![*next.last().unwrap() as u32]], &mut cache)
+            .unwrap();
+        logits.realize().unwrap();
+        if step >= 3 {
+            compiles_after_warmup += lazyfuse::metrics::snapshot().compiles - before;
+        }
+    }
+    assert_eq!(compiles_after_warmup, 0, "decoding 128 tokens recompiled");
+    assert_eq!(cache.len(), 131);
+    let e = model.forward_cached(&[vec![1]; 1], &mut model.new_cache(1, 0).unwrap());
+    assert!(e.is_err());
+}
