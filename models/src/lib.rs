@@ -9,11 +9,15 @@
 
 #![warn(missing_docs)]
 
+mod cache;
 pub mod config;
+pub mod generate;
 pub mod llama;
 pub mod weights;
 
+pub use cache::KvCache;
 pub use config::{LlamaConfig, RopeScaling};
+pub use generate::GenerateOptions;
 pub use llama::Llama;
 
 /// Why a model could not be loaded or run.

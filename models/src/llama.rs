@@ -4,6 +4,7 @@
 //! lazyfuse's public `Tensor` API only, the way a user would write it; the
 //! runtime fuses it.
 
+use crate::cache::KvCache;
 use crate::config::LlamaConfig;
 use crate::weights::Checkpoint;
 use crate::{ModelError, Result};
@@ -167,13 +168,18 @@ impl Llama {
             .mul(w)?)
     }
 
-    /// `cos` and `sin` tables `[t, head_dim]` for positions `pos0..pos0+t`,
-    /// computed as transformers does (f32 frequencies times f32 positions).
-    fn rope_tables(&self, pos0: usize, t: usize) -> Result<(Tensor, Tensor)> {
+    /// `cos` and `sin` tables `[batch, 1, t, head_dim]` for each sequence's
+    /// positions (`positions[b]`, `t` each), computed as transformers does
+    /// (f32 frequencies times f32 positions, then cos and sin).
+    fn rope_tables(&self, positions: &[Vec<usize>]) -> Result<(Tensor, Tensor)> {
         let inv: Vec<f32> = self.config.inv_freq().iter().map(|&f| f as f32).collect();
         let hd = self.config.head_dim;
-        let (mut cos, mut sin) = (Vec::with_capacity(t * hd), Vec::with_capacity(t * hd));
-        for p in pos0..pos0 + t {
+        let (b, t) = (positions.len(), positions[0].len());
+        let (mut cos, mut sin) = (
+            Vec::with_capacity(b * t * hd),
+            Vec::with_capacity(b * t * hd),
+        );
+        for &p in positions.iter().flatten() {
             // transformers' `cat(freqs, freqs)`: the table twice per row.
             for _ in 0..2 {
                 for &f in &inv {
@@ -183,9 +189,10 @@ impl Llama {
                 }
             }
         }
+        let dims = [b, 1, t, hd];
         Ok((
-            Tensor::from_slice(&cos, &[t, hd], &self.device)?,
-            Tensor::from_slice(&sin, &[t, hd], &self.device)?,
+            Tensor::from_slice(&cos, &dims, &self.device)?,
+            Tensor::from_slice(&sin, &dims, &self.device)?,
         ))
     }
 
@@ -200,6 +207,14 @@ impl Llama {
 
     /// A key/value cache of `capacity` positions for `batch` sequences.
     pub fn new_cache(&self, batch: usize, capacity: usize) -> Result<KvCache> {
+        self.new_padded_cache(&vec![0; batch], capacity)
+    }
+
+    /// A cache whose sequence `i` starts after `pads[i]` padding columns
+    /// (left-padded prompts of different lengths): those columns are never
+    /// attended to, and positions count from the first real token.
+    pub fn new_padded_cache(&self, pads: &[usize], capacity: usize) -> Result<KvCache> {
+        let batch = pads.len();
         let c = &self.config;
         let dims = [batch, c.num_key_value_heads, capacity, c.head_dim];
         let zeros = || Tensor::zeros(&dims, DType::F32, &self.device);
@@ -209,13 +224,7 @@ impl Llama {
             k.push(zeros()?);
             v.push(zeros()?);
         }
-        Ok(KvCache {
-            k,
-            v,
-            len: 0,
-            capacity,
-            batch,
-        })
+        Ok(KvCache::new(k, v, capacity, pads.to_vec()))
     }
 
     /// Logits `[batch, t, vocab]` for the next `t` tokens of every sequence
@@ -230,29 +239,28 @@ impl Llama {
     pub fn forward_cached(&self, ids: &[Vec<u32>], cache: &mut KvCache) -> Result<Tensor> {
         let c = &self.config;
         let (b, t) = self.check_ids(ids)?;
-        if b != cache.batch {
+        if b != cache.batch() {
             return Err(ModelError::Config(format!(
                 "{b} sequences given to a cache of {}",
-                cache.batch
+                cache.batch()
             )));
         }
-        let (pos0, cap) = (cache.len, cache.capacity);
+        let (pos0, cap) = (cache.len(), cache.capacity());
         if pos0 + t > cap {
             return Err(ModelError::Config(format!(
                 "the cache holds {cap} positions: {pos0} used, {t} more asked for"
             )));
         }
         let mut x = self.embed_ids(ids)?;
-        let (cos, sin) = self.rope_tables(pos0, t)?;
+        let (cos, sin) = self.rope_tables(&cache.positions(t))?;
         let (nh, nkv, hd) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
         let dev = &self.device;
-        let keys = Tensor::arange(0.0, cap as f64, DType::I64, dev)?;
-        let queries = Tensor::arange(0.0, t as f64, DType::I64, dev)?.add_scalar(pos0 as f64)?;
-        // [t, cap]: true where the key lies after the query (not yet written
-        // or in the future), so it is masked out.
-        let masked = keys.unsqueeze(0)?.gt(&queries.unsqueeze(1)?)?;
-        // [cap, 1]: the rows this step writes.
+        // [b, 1, t, cap]: keys a query must not see (later columns, columns
+        // not yet written, padding).
+        let masked = Tensor::from_slice(&cache.masked(t), &[b, 1, t, cap], dev)?;
+        // [cap, 1]: the row a one-token step writes.
         let written = if t == 1 {
+            let keys = Tensor::arange(0.0, cap as f64, DType::I64, dev)?;
             Some(keys.eq_scalar(pos0 as f64)?.unsqueeze(1)?)
         } else {
             None
@@ -285,14 +293,14 @@ impl Llama {
             let q = Llama::rope(&heads(&l.q, nh)?, &cos, &sin)?;
             let k_new = Llama::rope(&heads(&l.k, nkv)?, &cos, &sin)?;
             let v_new = heads(&l.v, nkv)?;
-            cache.k[i] = place(&k_new, &cache.k[i])?;
-            cache.v[i] = place(&v_new, &cache.v[i])?;
-            let (k, v) = (
-                repeat_kv(&cache.k[i], nh / nkv)?,
-                repeat_kv(&cache.v[i], nh / nkv)?,
-            );
+            let (k_all, v_all) = cache.layer_mut(i);
+            *k_all = place(&k_new, k_all)?;
+            *v_all = place(&v_new, v_all)?;
+            let (k, v) = (repeat_kv(k_all, nh / nkv)?, repeat_kv(v_all, nh / nkv)?);
+            // A finite fill: a padding query that sees nothing gets a uniform
+            // (finite) row instead of NaN, which would reach real rows as 0 * NaN.
             let att = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(scale)?;
-            let att = att.masked_fill(&masked, f64::NEG_INFINITY)?.softmax(-1)?;
+            let att = att.masked_fill(&masked, f32::MIN as f64)?.softmax(-1)?;
             let y = att
                 .matmul(&v)?
                 .permute(&[0, 2, 1, 3])?
@@ -300,32 +308,11 @@ impl Llama {
             x = x.add(&l.o.forward(&y)?)?;
             x = self.mlp(&x, l)?;
         }
-        cache.len += t;
+        cache.advance(t);
         Ok(self.rms_norm(&x, &self.norm)?.matmul(&self.lm_head)?)
     }
 
-    /// Greedy decoding of `max_new` tokens after `prompt` (no early stop),
-    /// with a cache sized for exactly prompt and continuation.
-    pub fn generate_greedy(&self, prompt: &[u32], max_new: usize) -> Result<Vec<u32>> {
-        let mut cache = self.new_cache(1, prompt.len() + max_new)?;
-        let mut logits = self.forward_cached(&[prompt.to_vec()], &mut cache)?;
-        let mut out = Vec::with_capacity(max_new);
-        for _ in 0..max_new {
-            let t = logits.dims()[1];
-            let next = logits
-                .narrow(1, t - 1, 1)?
-                .argmax(-1, false)?
-                .to_vec::<i64>()?[0] as u32;
-            out.push(next);
-            if out.len() == max_new {
-                break;
-            }
-            logits = self.forward_cached(&[vec![next]], &mut cache)?;
-        }
-        Ok(out)
-    }
-
-    fn check_ids(&self, ids: &[Vec<u32>]) -> Result<(usize, usize)> {
+    pub(crate) fn check_ids(&self, ids: &[Vec<u32>]) -> Result<(usize, usize)> {
         let b = ids.len();
         let t = ids.first().map_or(0, Vec::len);
         if b == 0 || t == 0 || ids.iter().any(|r| r.len() != t) {
@@ -365,36 +352,9 @@ impl Llama {
     /// Logits `[batch, t, vocab]` for token ids `ids` (`batch` rows of equal
     /// length `t`) at positions `0..t`, with causal attention.
     pub fn forward(&self, ids: &[Vec<u32>]) -> Result<Tensor> {
-        let c = &self.config;
         let (b, t) = self.check_ids(ids)?;
-        let mut x = self.embed_ids(ids)?;
-        let (cos, sin) = self.rope_tables(0, t)?;
-        let (nh, nkv, hd) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
-        let rows = Tensor::arange(0.0, t as f64, DType::I64, &self.device)?;
-        let future = rows.unsqueeze(0)?.gt(&rows.unsqueeze(1)?)?;
-        let scale = 1.0 / (hd as f64).sqrt();
-        for l in &self.layers {
-            let h = self.rms_norm(&x, &l.input_norm)?;
-            let heads = |lin: &Linear, n: usize| -> Result<Tensor> {
-                Ok(lin
-                    .forward(&h)?
-                    .reshape(&[b, t, n, hd])?
-                    .permute(&[0, 2, 1, 3])?)
-            };
-            let q = Llama::rope(&heads(&l.q, nh)?, &cos, &sin)?;
-            let k = Llama::rope(&heads(&l.k, nkv)?, &cos, &sin)?;
-            let v = heads(&l.v, nkv)?;
-            let (k, v) = (repeat_kv(&k, nh / nkv)?, repeat_kv(&v, nh / nkv)?);
-            let att = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(scale)?;
-            let att = att.masked_fill(&future, f64::NEG_INFINITY)?.softmax(-1)?;
-            let y = att
-                .matmul(&v)?
-                .permute(&[0, 2, 1, 3])?
-                .reshape(&[b, t, nh * hd])?;
-            x = x.add(&l.o.forward(&y)?)?;
-            x = self.mlp(&x, l)?;
-        }
-        Ok(self.rms_norm(&x, &self.norm)?.matmul(&self.lm_head)?)
+        let mut cache = self.new_cache(b, t)?;
+        self.forward_cached(ids, &mut cache)
     }
 }
 
@@ -408,31 +368,4 @@ fn repeat_kv(x: &Tensor, rep: usize) -> Result<Tensor> {
     Ok(x.unsqueeze(2)?
         .broadcast_to(&[d[0], d[1], rep, d[2], d[3]])?
         .reshape(&[d[0], d[1] * rep, d[2], d[3]])?)
-}
-
-/// Keys and values of every layer for `batch` sequences, `capacity`
-/// positions each (`[batch, kv_heads, capacity, head_dim]` per layer).
-pub struct KvCache {
-    k: Vec<Tensor>,
-    v: Vec<Tensor>,
-    len: usize,
-    capacity: usize,
-    batch: usize,
-}
-
-impl KvCache {
-    /// Positions written so far.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether nothing has been written.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Positions it can hold.
-    pub fn capacity(&self) -> usize {
-        self.capacity
-    }
 }

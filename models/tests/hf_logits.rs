@@ -3,7 +3,7 @@
 //! against transformers', fused and unfused, and bad checkpoints as `Err`s.
 
 use lazyfuse::{Device, FusionGuard};
-use lazyfuse_models::{Llama, ModelError};
+use lazyfuse_models::{GenerateOptions, Llama, ModelError};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -54,7 +54,11 @@ fn prompt_logits_match_transformers_fused_and_unfused() {
         let model = Llama::load(dir(name), &dev).unwrap_or_else(|e| panic!("{name}: {e}"));
         for fuse in [true, false] {
             let _g = FusionGuard::new(fuse);
-            let got: Vec<f32> = model.forward(std::slice::from_ref(&prompt)).unwrap().to_vec().unwrap();
+            let got: Vec<f32> = model
+                .forward(std::slice::from_ref(&prompt))
+                .unwrap()
+                .to_vec()
+                .unwrap();
             assert_eq!(got.len(), want.len(), "{name}");
             let worst = got
                 .iter()
@@ -175,4 +179,101 @@ fn greedy_tokens_match_transformers_and_decoding_compiles_once() {
     assert_eq!(cache.len(), 131);
     let e = model.forward_cached(&[vec![1]; 1], &mut model.new_cache(1, 0).unwrap());
     assert!(e.is_err());
+}
+
+#[test]
+fn batched_prompts_of_different_lengths_equal_one_by_one() {
+    let dev = Device::cpu().unwrap();
+    for name in ["llama_gqa", "qwen2"] {
+        let model = Llama::load(dir(name), &dev).unwrap();
+        let prompts = vec![
+            vec![3, 17, 101, 5, 42, 9, 77],
+            vec![64, 1],
+            vec![23, 88, 12, 7],
+        ];
+        let opts = GenerateOptions {
+            max_new_tokens: 12,
+            ignore_eos: true,
+            ..GenerateOptions::default()
+        };
+        let batched = model.generate(&prompts, &opts).unwrap();
+        for (p, got) in prompts.iter().zip(&batched) {
+            let alone = model
+                .generate(std::slice::from_ref(p), &opts)
+                .unwrap()
+                .remove(0);
+            assert_eq!(got, &alone, "{name}: prompt {p:?} batched vs alone");
+        }
+        // The same for the logits of each prompt's last position.
+        let mut cache = model.new_padded_cache(&[0, 5, 3], 7).unwrap();
+        let padded: Vec<Vec<u32>> = prompts
+            .iter()
+            .map(|p| {
+                std::iter::repeat_n(0, 7 - p.len())
+                    .chain(p.iter().copied())
+                    .collect()
+            })
+            .collect();
+        let batch: Vec<f32> = model
+            .forward_cached(&padded, &mut cache)
+            .unwrap()
+            .to_vec()
+            .unwrap();
+        let vocab = model.config.vocab_size;
+        for (i, p) in prompts.iter().enumerate() {
+            let alone: Vec<f32> = model
+                .forward(std::slice::from_ref(p))
+                .unwrap()
+                .to_vec()
+                .unwrap();
+            let last_alone = &alone[(p.len() - 1) * vocab..p.len() * vocab];
+            let last_batch = &batch[(i * 7 + 6) * vocab..(i * 7 + 7) * vocab];
+            let worst = last_alone
+                .iter()
+                .zip(last_batch)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            assert!(worst <= 1e-4, "{name}: prompt {i}: {worst}");
+        }
+    }
+}
+
+#[test]
+fn sampling_is_reproducible_from_a_seed_and_stops_at_eos() {
+    let dev = Device::cpu().unwrap();
+    let model = Llama::load(dir("llama_tied_llama3"), &dev).unwrap();
+    let prompts = vec![vec![3, 17, 101], vec![5, 42]];
+    let opts = |seed| GenerateOptions {
+        max_new_tokens: 24,
+        temperature: 0.9,
+        top_k: Some(40),
+        top_p: Some(0.95),
+        seed,
+        ignore_eos: true,
+        ..GenerateOptions::default()
+    };
+    let a = model.generate(&prompts, &opts(11)).unwrap();
+    let b = model.generate(&prompts, &opts(11)).unwrap();
+    let c = model.generate(&prompts, &opts(12)).unwrap();
+    assert_eq!(a, b, "the same seed gives the same tokens");
+    assert_ne!(a, c, "another seed gives other tokens");
+    assert_ne!(
+        a[0],
+        model.generate_greedy(&prompts[0], 24).unwrap(),
+        "sampling is not greedy"
+    );
+
+    // An end token stops its sequence (and is kept); the other goes on.
+    let greedy = model.generate_greedy(&prompts[0], 24).unwrap();
+    let eos = greedy[5];
+    let stop = GenerateOptions {
+        max_new_tokens: 24,
+        eos_token_ids: vec![eos],
+        ..GenerateOptions::default()
+    };
+    let out = model.generate(&prompts[..1], &stop).unwrap();
+    let first = greedy.iter().position(|&t| t == eos).unwrap();
+    assert_eq!(out[0], greedy[..=first].to_vec());
+    let eos_ids = lazyfuse_models::generate::eos_token_ids(&dir("llama_gqa"), &[]);
+    assert_eq!(eos_ids, vec![2]);
 }
