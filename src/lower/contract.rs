@@ -207,18 +207,32 @@ pub(super) fn matmul(e: &mut Emitter<'_>, id: NodeId) -> String {
         // `[..., m, k] x [k, n]` (a shared weight): one large GEMM with the
         // batch dims folded into m, instead of materialising a broadcast
         // weight and running many small batched GEMMs.
+        // The product is emitted as a 2-D `[rows, k] x [k, n]` between
+        // reshapes: XLA's CPU backend runs a dot whose lhs has several free
+        // dims about 4x slower than the same GEMM in 2-D (measured on a
+        // hidden-512 Llama decode step: 66 ms -> 17 ms per token).
         let kn = Shape::new(&b.shape.dims()[b.shape.rank() - 2..]);
         let vb = e.reshape(&vb, &b.shape, &kn, b.dtype);
-        let attr = format!(
-            "dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [{}], rhs_contracting_dimensions = [0]>",
-            nb + 1
-        );
-        return e.op(
+        let (k, n) = (kn.dims()[0], kn.dims()[1]);
+        let rows: usize = sa.dims()[..sa.rank() - 1].iter().product();
+        let (lhs2, out2) = (Shape::new(&[rows, k]), Shape::new(&[rows, n]));
+        let va = if nb == 0 {
+            va
+        } else {
+            e.reshape(&va, &sa, &lhs2, a.dtype)
+        };
+        let attr = "dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]>";
+        let y = e.op(
             "stablehlo.dot_general",
-            &[(&va, ty(&sa, a.dtype)), (&vb, ty(&kn, b.dtype))],
-            &attr,
-            &ty(out, node.dtype),
+            &[(&va, ty(&lhs2, a.dtype)), (&vb, ty(&kn, b.dtype))],
+            attr,
+            &ty(&out2, node.dtype),
         );
+        return if nb == 0 {
+            y
+        } else {
+            e.reshape(&y, &out2, out, node.dtype)
+        };
     }
     let vb = e.broadcast(&vb, &b.shape, &sb, b.dtype);
     let bd = (0..nb)
