@@ -17,6 +17,32 @@ import transformers
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 PROMPT = [3, 17, 101, 5, 42, 9, 77, 64, 1, 23, 88, 12]
+TEXT = "the quick brown fox jumps over the lazy dog and runs far away"
+
+# A word-level vocabulary of the model's 128 tokens: <unk>, <s> (bos 1), </s> (eos 2), words.
+WORDS = ("the quick brown fox jumps over lazy dog and runs far away a an of to in is it on "
+         "for with as at by from up out if or but not all any can will one two three four five "
+         "six seven eight nine ten red green blue black white cat bird fish tree river hill sky "
+         "sun moon star rain snow wind fire stone sand sea ship road town house door wall roof "
+         "bed book pen cup milk bread salt tea time day night year old new big small long short "
+         "high low fast slow hot cold good bad first last next back here there now then when why "
+         "how who what this that").split()
+
+
+def write_tokenizer(d):
+    """tokenizer.json (Hugging Face tokenizers): word level over WORDS."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for w in WORDS:
+        vocab.setdefault(w, len(vocab))
+    assert len(vocab) <= 128, len(vocab)
+    for i in range(len(vocab), 128):
+        vocab[f"w{i}"] = i
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    tok.save(os.path.join(d, "tokenizer.json"))
+    return tok
 
 
 def base(**kw):
@@ -72,6 +98,14 @@ def make(name, cfg_cls, model_cls, cfg, dtype, shard, out):
     expected = dict(prompt_ids=PROMPT, logits=[[float(v) for v in row] for row in logits],
                     greedy_ids=gen[0, len(PROMPT):].tolist(), transformers=transformers.__version__,
                     torch=torch.__version__)
+    if name == "llama_gqa":
+        tok = write_tokenizer(d)
+        text_ids = tok.encode(TEXT).ids
+        with torch.no_grad():
+            g = ref.generate(torch.tensor([text_ids]), max_new_tokens=16, do_sample=False,
+                             eos_token_id=None, pad_token_id=0, min_new_tokens=16)[0, len(text_ids):].tolist()
+        expected.update(prompt_text=TEXT, prompt_text_ids=text_ids, text_greedy_ids=g,
+                        text_greedy=tok.decode(g))
     with open(os.path.join(d, "expected.json"), "w") as f:
         json.dump(expected, f)
     print(name, sorted(os.listdir(d)))

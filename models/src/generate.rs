@@ -122,6 +122,17 @@ impl Llama {
     /// A sequence stops after an end token (which it keeps) unless
     /// `ignore_eos`; the returned rows hold only generated tokens.
     pub fn generate(&self, prompts: &[Vec<u32>], opts: &GenerateOptions) -> Result<Vec<Vec<u32>>> {
+        self.generate_with(prompts, opts, &mut |_| {})
+    }
+
+    /// [`Llama::generate`], calling `on_step(n)` after the `n`-th token of
+    /// every live sequence is picked (for progress bars).
+    pub fn generate_with(
+        &self,
+        prompts: &[Vec<u32>],
+        opts: &GenerateOptions,
+        on_step: &mut dyn FnMut(usize),
+    ) -> Result<Vec<Vec<u32>>> {
         if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
             return Err(ModelError::Config(
                 "generate needs at least one non-empty prompt".into(),
@@ -164,6 +175,7 @@ impl Llama {
                 }
                 next.push(vec![tok]);
             }
+            on_step(step + 1);
             if step + 1 == opts.max_new_tokens || done.iter().all(|&d| d) {
                 break;
             }

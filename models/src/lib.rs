@@ -13,12 +13,14 @@ mod cache;
 pub mod config;
 pub mod generate;
 pub mod llama;
+pub mod tokenizer;
 pub mod weights;
 
 pub use cache::KvCache;
 pub use config::{LlamaConfig, RopeScaling};
 pub use generate::GenerateOptions;
 pub use llama::Llama;
+pub use tokenizer::Tokenizer;
 
 /// Why a model could not be loaded or run.
 #[derive(Debug, thiserror::Error)]

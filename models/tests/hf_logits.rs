@@ -15,6 +15,13 @@ const FIXTURES: &[&str] = &[
     "llama_sharded",
 ];
 
+/// The tests run one at a time: one counts compiles, and the metrics are
+/// process-wide.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static L: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    L.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn dir(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures/hf")
@@ -36,6 +43,7 @@ fn ids(v: &Value) -> Vec<u32> {
 
 #[test]
 fn prompt_logits_match_transformers_fused_and_unfused() {
+    let _serial = serial();
     let dev = Device::cpu().unwrap();
     for name in FIXTURES {
         let e = expected(name);
@@ -76,6 +84,7 @@ fn prompt_logits_match_transformers_fused_and_unfused() {
 
 #[test]
 fn bad_checkpoints_are_errs_naming_the_tensor() {
+    let _serial = serial();
     let dev = Device::interpreter();
     let scratch = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bad_checkpoints");
     let _ = std::fs::remove_dir_all(&scratch);
@@ -148,6 +157,7 @@ fn bad_checkpoints_are_errs_naming_the_tensor() {
 
 #[test]
 fn greedy_tokens_match_transformers_and_decoding_compiles_once() {
+    let _serial = serial();
     let dev = Device::cpu().unwrap();
     for name in FIXTURES {
         let e = expected(name);
@@ -183,6 +193,7 @@ fn greedy_tokens_match_transformers_and_decoding_compiles_once() {
 
 #[test]
 fn batched_prompts_of_different_lengths_equal_one_by_one() {
+    let _serial = serial();
     let dev = Device::cpu().unwrap();
     for name in ["llama_gqa", "qwen2"] {
         let model = Llama::load(dir(name), &dev).unwrap();
@@ -240,6 +251,7 @@ fn batched_prompts_of_different_lengths_equal_one_by_one() {
 
 #[test]
 fn sampling_is_reproducible_from_a_seed_and_stops_at_eos() {
+    let _serial = serial();
     let dev = Device::cpu().unwrap();
     let model = Llama::load(dir("llama_tied_llama3"), &dev).unwrap();
     let prompts = vec![vec![3, 17, 101], vec![5, 42]];
@@ -276,4 +288,26 @@ fn sampling_is_reproducible_from_a_seed_and_stops_at_eos() {
     assert_eq!(out[0], greedy[..=first].to_vec());
     let eos_ids = lazyfuse_models::generate::eos_token_ids(&dir("llama_gqa"), &[]);
     assert_eq!(eos_ids, vec![2]);
+}
+
+#[test]
+fn text_prompts_go_through_the_checkpoints_tokenizer() {
+    let _serial = serial();
+    let e = expected("llama_gqa");
+    let tok = lazyfuse_models::Tokenizer::from_dir(&dir("llama_gqa"))
+        .unwrap()
+        .unwrap();
+    let ids_text = tok.encode(e["prompt_text"].as_str().unwrap()).unwrap();
+    assert_eq!(ids_text, ids(&e["prompt_text_ids"]));
+    let model = Llama::load(dir("llama_gqa"), &Device::cpu().unwrap()).unwrap();
+    let want = ids(&e["text_greedy_ids"]);
+    let got = model.generate_greedy(&ids_text, want.len()).unwrap();
+    assert_eq!(got, want);
+    assert_eq!(
+        tok.decode(&got).unwrap(),
+        e["text_greedy"].as_str().unwrap()
+    );
+    assert!(lazyfuse_models::Tokenizer::from_dir(&dir("qwen2"))
+        .unwrap()
+        .is_none());
 }
