@@ -77,6 +77,8 @@ FIXTURES = {
     "qwen2": (Qwen2Config, Qwen2ForCausalLM, base(**rope(1000000.0)), torch.float32, None),
     # Weights stored in bf16 (what real checkpoints ship); reference computed in f32 from them.
     "llama_bf16": (LlamaConfig, LlamaForCausalLM, base(**rope(10000.0)), torch.bfloat16, None),
+    # Weights stored in f16.
+    "llama_f16": (LlamaConfig, LlamaForCausalLM, base(**rope(10000.0)), torch.float16, None),
     # Sharded safetensors with model.safetensors.index.json.
     "llama_sharded": (LlamaConfig, LlamaForCausalLM, base(**rope(10000.0)), torch.float32, "100KB"),
 }
