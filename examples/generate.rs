@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release --example generate -- --model DIR (--prompt TEXT | --prompt-ids 3,17,101)...
 //!     --max-new-tokens N [--temperature T --top-k K --top-p P --seed S] [--ignore-eos]
-//!     [--logits-json FILE] [--device cpu|cuda] [--fusion on|off] [--warmup N]
+//!     [--logits-json FILE] [--device cpu|cuda] [--fusion on|off] [--warmup N] [--runs N]
 //! ```
 //!
 //! Each `--prompt`/`--prompt-ids` adds one prompt to the batch. Prints one
@@ -12,7 +12,8 @@
 //! a `tokenizer.json`), then tokens/s, compiles and the time per token split
 //! into record, plan and execute. `--logits-json FILE` writes the first
 //! prompt's logits: one row of `vocab_size` floats per prompt position.
-//! `--warmup N` generates N times untimed first (compiles included there).
+//! `--warmup N` generates N times untimed first (compiles included there);
+//! `--runs N` times N generations and reports the median.
 
 #[path = "support/progress.rs"]
 mod progress;
@@ -36,6 +37,7 @@ struct Args {
     device: String,
     fusion: bool,
     warmup: usize,
+    runs: usize,
 }
 
 fn parse() -> Result<Args, String> {
@@ -43,7 +45,7 @@ fn parse() -> Result<Args, String> {
     let mut prompts = Vec::new();
     let mut opts = GenerateOptions::default();
     let (mut logits_json, mut device, mut fusion) = (None, "cpu".to_string(), true);
-    let mut warmup = 0;
+    let (mut warmup, mut runs) = (0, 1);
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut val = || it.next().ok_or(format!("{a} needs a value"));
@@ -69,6 +71,7 @@ fn parse() -> Result<Args, String> {
             "--logits-json" => logits_json = Some(PathBuf::from(val()?)),
             "--device" => device = val()?,
             "--warmup" => warmup = num(&a, val()?)?,
+            "--runs" => runs = num::<usize>(&a, val()?)?.max(1),
             "--fusion" => {
                 fusion = match val()?.as_str() {
                     "on" => true,
@@ -91,6 +94,7 @@ fn parse() -> Result<Args, String> {
         device,
         fusion,
         warmup,
+        runs,
     })
 }
 
@@ -155,11 +159,17 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .map(|&p| metrics::distribution(p).sum)
         .collect();
     let m0 = metrics::snapshot();
-    let mut bar = progress::Progress::with_unit(opts.max_new_tokens, "tokens");
-    let t0 = Instant::now();
-    let out = model.generate_with(&prompts, &opts, &mut |n| bar.advance(n))?;
-    let secs = t0.elapsed().as_secs_f64();
-    bar.advance(opts.max_new_tokens);
+    let mut times = Vec::new();
+    let mut out = Vec::new();
+    for _ in 0..args.runs {
+        let mut bar = progress::Progress::with_unit(opts.max_new_tokens, "tokens");
+        let t0 = Instant::now();
+        out = model.generate_with(&prompts, &opts, &mut |n| bar.advance(n))?;
+        times.push(t0.elapsed().as_secs_f64());
+        bar.advance(opts.max_new_tokens);
+    }
+    times.sort_by(f64::total_cmp);
+    let secs = times[times.len() / 2];
     let m1 = metrics::snapshot();
     let spent: Vec<f64> = phases
         .iter()
@@ -176,9 +186,10 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             None => println!("generated: {}", ids.join(" ")),
         }
     }
-    let steps = out.iter().map(Vec::len).max().unwrap_or(0).max(1) as f64;
+    let steps = (out.iter().map(Vec::len).max().unwrap_or(0).max(1) * args.runs) as f64;
     println!(
-        "{tokens} tokens in {secs:.3} s: {:.1} tokens/s, {} compiles; per token (ms): record {:.3}, plan {:.3}, execute {:.3} (launch + await), compile {:.3}",
+        "{tokens} tokens in {secs:.3} s (median of {} runs): {:.1} tokens/s, {} compiles; per token (ms): record {:.3}, plan {:.3}, execute {:.3} (launch + await), compile {:.3}",
+        args.runs,
         tokens as f64 / secs,
         m1.compiles - m0.compiles,
         spent[0] / steps,
@@ -193,7 +204,7 @@ fn main() {
     let args = match parse() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("{e}\nusage: generate --model DIR (--prompt TEXT | --prompt-ids 3,17,101)... --max-new-tokens N [--temperature T --top-k K --top-p P --seed S] [--ignore-eos] [--logits-json FILE] [--device cpu|cuda] [--fusion on|off] [--warmup N]");
+            eprintln!("{e}\nusage: generate --model DIR (--prompt TEXT | --prompt-ids 3,17,101)... --max-new-tokens N [--temperature T --top-k K --top-p P --seed S] [--ignore-eos] [--logits-json FILE] [--device cpu|cuda] [--fusion on|off] [--warmup N] [--runs N]");
             std::process::exit(2);
         }
     };
