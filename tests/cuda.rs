@@ -47,23 +47,13 @@ fn cuda_device_or_one_clear_error() {
             eprintln!("GPUs: {gpus:?}");
             let dev = Device::cuda(0).unwrap();
             assert_eq!(format!("{dev:?}"), "cuda:0");
-            let x = Tensor::arange(0.0, 12.0, DType::F32, &dev).unwrap();
-            let y = x
-                .exp()
-                .unwrap()
-                .mul_scalar(0.5)
-                .unwrap()
-                .sum(&[-1], false)
-                .unwrap();
-            let cpu = Tensor::arange(0.0, 12.0, DType::F32, &Device::interpreter()).unwrap();
-            let want = cpu
-                .exp()
-                .unwrap()
-                .mul_scalar(0.5)
-                .unwrap()
-                .sum(&[-1], false)
-                .unwrap();
-            let (g, w) = (y.item::<f32>().unwrap(), want.item::<f32>().unwrap());
+            // The same program on the GPU and on the reference interpreter.
+            let program = |d: &Device| -> f32 {
+                let x = Tensor::arange(0.0, 12.0, DType::F32, d).unwrap();
+                let y = x.exp().and_then(|e| e.mul_scalar(0.5)).unwrap();
+                y.sum(&[-1], false).unwrap().item::<f32>().unwrap()
+            };
+            let (g, w) = (program(&dev), program(&Device::interpreter()));
             assert!((g - w).abs() <= 1e-5 * w.abs(), "{g} vs {w}");
             let n = gpus.len();
             let e = Device::cuda(n).unwrap_err().to_string();
