@@ -214,8 +214,12 @@ impl LlamaConfig {
             }
         }
         let qwen = model_type == "qwen2";
+        let vocab_size = usize_field(v, "vocab_size")?;
+        if vocab_size == 0 {
+            return Err(bad("vocab_size", "must be positive"));
+        }
         Ok(LlamaConfig {
-            vocab_size: usize_field(v, "vocab_size")?,
+            vocab_size,
             hidden_size,
             intermediate_size: usize_field(v, "intermediate_size")?,
             num_hidden_layers: usize_field(v, "num_hidden_layers")?,

@@ -62,6 +62,9 @@ pub fn eos_token_ids(dir: &Path, config_eos: &[u32]) -> Vec<u32> {
 
 /// One token from `logits` (one row) as `opts` says, drawing from `rng`.
 pub fn pick(logits: &[f32], opts: &GenerateOptions, rng: &mut SplitMix64) -> u32 {
+    if logits.is_empty() {
+        return 0;
+    }
     let argmax = || {
         let mut best = 0;
         for (i, &l) in logits.iter().enumerate() {
