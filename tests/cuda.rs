@@ -3,12 +3,19 @@
 //!
 //! Tests that need a GPU print why they are skipped where none is present;
 //! on a machine with one they run a program on it and compare it with the
-//! reference interpreter. One test function touches the environment, so the
-//! binary's tests never race on it.
+//! reference interpreter. Tests that set `LAZYFUSE_CACHE` hold one lock, so
+//! they never see each other's cache.
 
 use lazyfuse::plugin::cuda::{self, CudaOptions};
 use lazyfuse::{DType, Device, Tensor};
 use std::path::PathBuf;
+
+/// Serialises the tests that set `LAZYFUSE_CACHE` (the environment is
+/// process-wide and the provisioner reads it at every call).
+fn env_lock() -> std::sync::MutexGuard<'static, ()> {
+    static L: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    L.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// A scratch directory under the target directory, removed first.
 fn scratch(name: &str) -> PathBuf {
@@ -20,6 +27,7 @@ fn scratch(name: &str) -> PathBuf {
 
 #[test]
 fn cuda_device_or_one_clear_error() {
+    let _env = env_lock();
     match cuda::visible_gpus() {
         Err(reason) => {
             // No GPU: one Err naming what is missing, and nothing fetched.
@@ -91,6 +99,7 @@ fn provisioning_from_a_clean_cache() {
         );
         return;
     }
+    let _env = env_lock();
     let cache = scratch("cuda_provision_cache");
     // The provisioner reads the cache root at call time; this test is the
     // only one that runs with the variable pointing here.
