@@ -228,6 +228,8 @@ struct Layer {
 
 /// Greedy generation with a KV cache grown by `cat`, the way Hugging Face's
 /// dynamic cache does it: no padding, the next token read on the host.
+// The body counts positions by hand, as generation loops are written.
+#[allow(clippy::explicit_counter_loop)]
 fn decode_kv(dev: &Device) -> Result<Step> {
     let (vocab, c, nh, n_layer, ctx, new_tokens) = (512usize, 256, 4, 2, 128, 96);
     let hd = c / nh;
@@ -315,11 +317,13 @@ fn decode_kv(dev: &Device) -> Result<Step> {
         iteration += 1;
         let mut cache = vec![None; n_layer];
         let mut logits = forward(&prompt, 0, &mut cache)?;
+        let mut pos = p;
         let mut out = Vec::with_capacity(new_tokens);
-        for pos in p..p + new_tokens {
+        for _ in 0..new_tokens {
             let tok = logits.argmax(-1, false)?.to_vec::<i64>()?[0];
             out.push(tok);
             logits = forward(&[tok], pos, &mut cache)?;
+            pos += 1;
         }
         Ok(())
     }))
