@@ -44,6 +44,15 @@ pub const MALLOC_TUNING: &str = "LAZYFUSE_MALLOC_TUNING";
 /// `1`: compile without fused multiply-add, so fused results equal unfused
 /// ones bit for bit (slower elementwise code; see the README's semantics).
 pub const STRICT_FP: &str = "LAZYFUSE_STRICT_FP";
+/// `LAZYFUSE_POISON_PADDING=1`: fill the padding of dynamic axes with NaN
+/// and infinities instead of zeros (a debug switch: results must not change).
+pub const POISON_PADDING: &str = "LAZYFUSE_POISON_PADDING";
+/// `LAZYFUSE_DYNAMIC_BUCKETS`: capacities of dynamic axes, `pow2` (default)
+/// or `linear:N` (multiples of N).
+pub const DYNAMIC_BUCKETS: &str = "LAZYFUSE_DYNAMIC_BUCKETS";
+/// `LAZYFUSE_AUTO_DYNAMIC=0`: never mark a dimension dynamic by itself
+/// (`Tensor::mark_dynamic` still works).
+pub const AUTO_DYNAMIC: &str = "LAZYFUSE_AUTO_DYNAMIC";
 /// glibc's own variables: when the user set either, lazyfuse leaves malloc alone.
 pub const GLIBC_MALLOC_VARS: [&str; 2] = ["MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"];
 
@@ -219,4 +228,64 @@ pub fn strict_fp() -> bool {
 pub fn launch_blocking() -> bool {
     static B: OnceLock<bool> = OnceLock::new();
     *B.get_or_init(|| flag(LAUNCH_BLOCKING).unwrap_or(false))
+}
+
+/// How the capacity of a dynamic axis is chosen from its length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Buckets {
+    /// The next power of two (1, 2, 4, ...): a loop over lengths 1..n
+    /// compiles about log2(n) executables.
+    Pow2,
+    /// The next multiple of the gap: less padding, more executables.
+    Linear(usize),
+}
+
+/// `LAZYFUSE_DYNAMIC_BUCKETS` (read once; a malformed value is the default).
+pub fn dynamic_buckets() -> Buckets {
+    static B: OnceLock<Buckets> = OnceLock::new();
+    *B.get_or_init(|| {
+        let v = std::env::var(DYNAMIC_BUCKETS).unwrap_or_default();
+        match v.trim().strip_prefix("linear:").map(|n| n.parse::<usize>()) {
+            Some(Ok(n)) if n > 0 => Buckets::Linear(n),
+            _ => Buckets::Pow2,
+        }
+    })
+}
+
+thread_local! {
+    static THREAD_POISON: Cell<Option<bool>> = const { Cell::new(None) };
+    static THREAD_AUTO_DYNAMIC: Cell<Option<bool>> = const { Cell::new(None) };
+}
+
+/// Whether padding is poisoned on this thread: [`set_poison_padding`], else
+/// `LAZYFUSE_POISON_PADDING=1` (read once).
+pub fn poison_padding() -> bool {
+    static P: OnceLock<bool> = OnceLock::new();
+    THREAD_POISON
+        .with(|c| c.get())
+        .unwrap_or_else(|| *P.get_or_init(|| flag(POISON_PADDING).unwrap_or(false)))
+}
+
+/// Poisons (or zeroes) the padding of dynamic axes created on this thread
+/// from now on, overriding `LAZYFUSE_POISON_PADDING` (a debug switch: a
+/// correct program gives the same results either way).
+pub fn set_poison_padding(on: bool) {
+    THREAD_POISON.with(|c| c.set(Some(on)));
+}
+
+/// Whether this thread marks dimensions dynamic by itself:
+/// [`set_auto_dynamic`], else `LAZYFUSE_AUTO_DYNAMIC` (read once; on by
+/// default).
+pub fn auto_dynamic() -> bool {
+    static A: OnceLock<bool> = OnceLock::new();
+    THREAD_AUTO_DYNAMIC
+        .with(|c| c.get())
+        .unwrap_or_else(|| *A.get_or_init(|| flag(AUTO_DYNAMIC).unwrap_or(true)))
+}
+
+/// Turns automatic dynamic dimensions on or off for this thread (off:
+/// every new length is an exact shape and compiles, as without this
+/// feature; the reference for tests and for debugging).
+pub fn set_auto_dynamic(on: bool) {
+    THREAD_AUTO_DYNAMIC.with(|c| c.set(Some(on)));
 }

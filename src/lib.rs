@@ -48,14 +48,16 @@ pub mod testing;
 
 pub use autograd::{is_grad_enabled, no_grad, NoGradGuard};
 pub use config::{
-    fusion_enabled, launch_blocking, max_executables, max_pending_ops, set_max_executables,
-    set_max_pending_ops,
+    auto_dynamic, fusion_enabled, launch_blocking, max_executables, max_pending_ops,
+    poison_padding, set_auto_dynamic, set_max_executables, set_max_pending_ops, set_poison_padding,
+    Buckets,
 };
 pub use device::Device;
 pub use error::{Error, Result};
 pub use lazy::{pending_ops, set_fusion, FusionGuard};
 pub use lazyfuse_ir::{DType, Element, HostTensor, Shape};
 pub use plugin::cuda::CudaOptions;
+pub use tensor::dynamic::sites::reset_dynamic_sites;
 pub use tensor::{flush, realize_all, sync, Tensor};
 
 /// The IR and planner crates, for tools that inspect graphs and plans.

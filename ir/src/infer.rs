@@ -53,6 +53,8 @@ pub fn infer(op: &Op, inputs: &[Operand<'_>]) -> Result<(Shape, DType), InferErr
         Op::BroadcastTo(to) => broadcast_to(inputs[0], to),
         Op::Slice { axis, start, len } => slice(inputs[0], *axis, *start, *len),
         Op::Concat { axis } => concat(*axis, inputs),
+        Op::DynamicSlice { axis, len } => dynamic_slice(inputs, *axis, *len),
+        Op::DynamicUpdateSlice { axis } => dynamic_update_slice(inputs, *axis),
         // Contraction and indexing.
         Op::MatMul => matmul(inputs[0], inputs[1]),
         Op::IndexSelect { axis } => index_select(*axis, inputs[0], inputs[1]),
@@ -258,6 +260,59 @@ fn slice(
     Ok((out, d))
 }
 
+/// The run-time start of a dynamic slice or update: an integer scalar.
+fn check_start((s, d): Operand<'_>) -> Result<(), InferError> {
+    if s.rank() != 0 || !matches!(d, DType::I32 | DType::I64) {
+        return err(format!(
+            "the start must be an i32 or i64 scalar, got {d}{s}"
+        ));
+    }
+    Ok(())
+}
+
+/// `dynamic_slice`: `len` fits in the axis; the start is an integer scalar.
+fn dynamic_slice(
+    inputs: &[Operand<'_>],
+    axis: usize,
+    len: usize,
+) -> Result<(Shape, DType), InferError> {
+    let (s, d) = inputs[0];
+    check_axis(axis, s)?;
+    check_start(inputs[1])?;
+    if len > s.dims()[axis] {
+        return err(format!(
+            "length {len} exceeds axis {axis} of size {}",
+            s.dims()[axis]
+        ));
+    }
+    let mut out = s.clone();
+    out.0[axis] = len;
+    Ok((out, d))
+}
+
+/// `dynamic_update_slice`: the update has x's dtype and shape except a
+/// shorter or equal `axis`; the start is an integer scalar.
+fn dynamic_update_slice(inputs: &[Operand<'_>], axis: usize) -> Result<(Shape, DType), InferError> {
+    let ((s, d), (u, du)) = (inputs[0], inputs[1]);
+    check_axis(axis, s)?;
+    check_start(inputs[2])?;
+    if du != d {
+        return err(format!("dtypes differ: {d} and {du}"));
+    }
+    let fits = u.rank() == s.rank()
+        && (0..s.rank()).all(|i| {
+            if i == axis {
+                u.dims()[i] <= s.dims()[i]
+            } else {
+                u.dims()[i] == s.dims()[i]
+            }
+        });
+    if !fits {
+        return err(format!("update {u} does not fit {s} along axis {axis}"));
+    }
+    Ok((s.clone(), d))
+}
+
 /// `cat`: one dtype, and shapes that differ only along `axis`.
 fn concat(axis: usize, inputs: &[Operand<'_>]) -> Result<(Shape, DType), InferError> {
     let (s0, d) = inputs[0];
@@ -394,7 +449,7 @@ fn check_literal(v: Literal, d: DType) -> Result<(), InferError> {
         {
             err(format!("value {f} is out of range for {d}"))
         }
-        (Literal::Int(i), d) if d.is_int() => {
+        (Literal::Int(i) | Literal::Dim(i), d) if d.is_int() => {
             let (lo, hi) = int_range(d);
             if (i as i128) < lo || (i as i128) > hi {
                 err(format!("value {i} is out of range for {d}"))

@@ -19,6 +19,11 @@ pub enum Literal {
     Int(i64),
     /// A boolean value.
     Bool(bool),
+    /// A run-time integer the program computes on the host: a dynamic
+    /// axis's logical length or a run-time slice start. Always a region
+    /// parameter (never baked into code, whatever its value, 0 and 1
+    /// included), so one executable serves every length in a bucket.
+    Dim(i64),
 }
 
 impl Literal {
@@ -26,7 +31,7 @@ impl Literal {
     pub fn as_f64(self) -> f64 {
         match self {
             Literal::Float(v) => v,
-            Literal::Int(v) => v as f64,
+            Literal::Int(v) | Literal::Dim(v) => v as f64,
             Literal::Bool(b) => b as u8 as f64,
         }
     }
@@ -35,7 +40,7 @@ impl Literal {
     pub fn as_i64(self) -> i64 {
         match self {
             Literal::Float(v) => v as i64,
-            Literal::Int(v) => v,
+            Literal::Int(v) | Literal::Dim(v) => v,
             Literal::Bool(b) => b as i64,
         }
     }
@@ -46,6 +51,7 @@ impl Literal {
             Literal::Float(v) => (0, v.to_bits()),
             Literal::Int(v) => (1, v as u64),
             Literal::Bool(b) => (2, b as u64),
+            Literal::Dim(v) => (3, v as u64),
         }
     }
 }
@@ -194,6 +200,25 @@ pub enum Op {
         /// The axis joined along.
         axis: usize,
     },
+    /// `len` elements along `axis` from a run-time start: operands `x` and
+    /// an integer scalar `start`. As in XLA, the start is clamped into
+    /// `0..=dim - len`. Dynamic shapes use it for `narrow` at a start that
+    /// changes every step, so the start is data, not code.
+    DynamicSlice {
+        /// The sliced axis.
+        axis: usize,
+        /// Number of indices taken.
+        len: usize,
+    },
+    /// `x` with `update` written along `axis` from a run-time start:
+    /// operands `x`, `update` (x's shape but a shorter `axis`) and an
+    /// integer scalar `start`, clamped into `0..=dim - update_dim` as in
+    /// XLA. A growing cache's `cat` is this op into its capacity buffer,
+    /// which XLA can do in place when the old buffer is donated.
+    DynamicUpdateSlice {
+        /// The axis written along.
+        axis: usize,
+    },
     /// Batched matrix product `[..., m, k] x [..., k, n]` with broadcast batch dims.
     MatMul,
     /// `index_select(x, axis, idx)`: operands `x` and a 1-D integer `idx` of
@@ -237,6 +262,8 @@ impl Op {
             Op::BroadcastTo(_) => "broadcast_to",
             Op::Slice { .. } => "narrow",
             Op::Concat { .. } => "cat",
+            Op::DynamicSlice { .. } => "dynamic_slice",
+            Op::DynamicUpdateSlice { .. } => "dynamic_update_slice",
             Op::MatMul => "matmul",
             Op::IndexSelect { .. } => "index_select",
             Op::RandomUniform { .. } => "rand_uniform",
@@ -272,6 +299,11 @@ impl Op {
     pub fn is_liftable_scalar(&self) -> bool {
         match self {
             Op::Constant {
+                value: Literal::Dim(_),
+                shape,
+                ..
+            } => shape.rank() == 0,
+            Op::Constant {
                 value,
                 shape,
                 dtype,
@@ -305,8 +337,12 @@ impl Op {
             | Op::BroadcastTo(_)
             | Op::Slice { .. }
             | Op::RandomUniform { .. } => 1,
-            Op::Binary(_) | Op::Compare(_) | Op::MatMul | Op::IndexSelect { .. } => 2,
-            Op::Select => 3,
+            Op::Binary(_)
+            | Op::Compare(_)
+            | Op::MatMul
+            | Op::IndexSelect { .. }
+            | Op::DynamicSlice { .. } => 2,
+            Op::Select | Op::DynamicUpdateSlice { .. } => 3,
             Op::Concat { .. } => return None,
         })
     }

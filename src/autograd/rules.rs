@@ -239,6 +239,28 @@ pub(super) fn input_grads(
             }
         }
         Op::IndexSelect { axis } => out[0] = Some(index_select(&x[0], &x[1], *axis, g)?),
+        // The start is clamped the same way forward and backward, so the
+        // gradient lands where the values were read or written.
+        Op::DynamicSlice { axis, .. } => {
+            let zeros = Tensor::zeros(x[0].dims(), g.dtype(), g.device())?;
+            let op = Op::DynamicUpdateSlice { axis: *axis };
+            out[0] = Some(Tensor::apply_op(op, &[&zeros, g, &x[1]])?);
+        }
+        Op::DynamicUpdateSlice { axis } => {
+            let (u, start) = (&x[1], &x[2]);
+            if need[0] {
+                let hole = Tensor::zeros(u.dims(), g.dtype(), g.device())?;
+                let op = Op::DynamicUpdateSlice { axis: *axis };
+                out[0] = Some(Tensor::apply_op(op, &[g, &hole, start])?);
+            }
+            if need[1] {
+                let op = Op::DynamicSlice {
+                    axis: *axis,
+                    len: u.dims()[*axis],
+                };
+                out[1] = Some(Tensor::apply_op(op, &[g, start])?);
+            }
+        }
     }
     for (o, &n) in out.iter_mut().zip(need) {
         if !n {

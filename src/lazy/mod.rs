@@ -20,4 +20,4 @@ mod value;
 pub use graph::pending_ops;
 pub(crate) use graph::{record, sync_thread, LazyArg};
 pub use mode::{set_fusion, FusionGuard};
-pub(crate) use value::{materialize_all, TensorInner};
+pub(crate) use value::{materialize_all, Logical, TensorInner};

@@ -34,6 +34,22 @@ pub(crate) struct TensorInner {
     used: OnceLock<Arc<AtomicBool>>,
     /// The prediction site of a retained tensor.
     site: AtomicU64,
+    /// Set for a tensor with dynamic axes: `shape` is then the padded
+    /// (capacity) shape of the buffer and graph node, and this the shape
+    /// the program sees.
+    pub logical: OnceLock<Box<Logical>>,
+}
+
+/// The logical view of a padded value: which axes are dynamic, their
+/// lengths, and the most each may grow to.
+#[derive(Clone, Debug)]
+pub(crate) struct Logical {
+    /// The shape the program sees (`Tensor::shape`).
+    pub shape: Shape,
+    /// Bit `a` set: axis `a` is dynamic (its capacity is the buffer's dim).
+    pub mask: u32,
+    /// Per axis, the declared maximum (`mark_dynamic`), 0 for none.
+    pub limit: Shape,
 }
 
 /// Where a tensor's value is.
@@ -64,6 +80,7 @@ impl TensorInner {
             flags: AtomicU8::new(0),
             used: OnceLock::new(),
             site: AtomicU64::new(0),
+            logical: OnceLock::new(),
         }
     }
 

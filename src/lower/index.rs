@@ -1,8 +1,71 @@
-//! Lowering of the indexed read (`stablehlo.gather`) and of the counter-based
-//! generator (`ui32` integer arithmetic), matching `lazyfuse_ir::interp` bit for bit.
+//! Lowering of the indexed read (`stablehlo.gather`), of slices and updates
+//! at a run-time start (`stablehlo.dynamic_slice` / `dynamic_update_slice`)
+//! and of the counter-based generator (`ui32` integer arithmetic), matching
+//! `lazyfuse_ir::interp` bit for bit.
 
 use super::emit::{i64_array, ty, Emitter};
 use lazyfuse_ir::{DType, Shape};
+
+/// The start index operands of a dynamic slice or update: `start` on
+/// `axis`, a zero of the same type on every other axis.
+fn start_indices(
+    e: &mut Emitter<'_>,
+    start: &str,
+    sdt: DType,
+    rank: usize,
+    axis: usize,
+) -> Vec<(String, String)> {
+    let st = ty(&Shape::scalar(), sdt);
+    let zero = if rank > 1 {
+        e.constant(lazyfuse_ir::Literal::Int(0), &Shape::scalar(), sdt)
+    } else {
+        String::new()
+    };
+    (0..rank)
+        .map(|d| {
+            let v = if d == axis {
+                start.to_string()
+            } else {
+                zero.clone()
+            };
+            (v, st.clone())
+        })
+        .collect()
+}
+
+/// `len` elements of `x` along `axis` from the run-time `start`; XLA clamps
+/// the start into range, as the IR says.
+pub fn dynamic_slice(
+    e: &mut Emitter<'_>,
+    (x, xs): (&str, &Shape),
+    (start, sdt): (&str, DType),
+    axis: usize,
+    out: &Shape,
+    dt: DType,
+) -> String {
+    let starts = start_indices(e, start, sdt, xs.rank(), axis);
+    let mut args: Vec<(&str, String)> = vec![(x, ty(xs, dt))];
+    args.extend(starts.iter().map(|(v, t)| (v.as_str(), t.clone())));
+    let attr = format!("slice_sizes = {}", i64_array(out.dims().iter().copied()));
+    e.op("stablehlo.dynamic_slice", &args, &attr, &ty(out, dt))
+}
+
+/// `x` (of shape `out`) with `update` written along `axis` from the
+/// run-time `start` (clamped by XLA, as the IR says).
+pub fn dynamic_update_slice(
+    e: &mut Emitter<'_>,
+    x: &str,
+    (u, us): (&str, &Shape),
+    (start, sdt): (&str, DType),
+    axis: usize,
+    out: &Shape,
+    dt: DType,
+) -> String {
+    let starts = start_indices(e, start, sdt, out.rank(), axis);
+    let mut args: Vec<(&str, String)> = vec![(x, ty(out, dt)), (u, ty(us, dt))];
+    args.extend(starts.iter().map(|(v, t)| (v.as_str(), t.clone())));
+    e.op("stablehlo.dynamic_update_slice", &args, "", &ty(out, dt))
+}
 
 /// `index_select` as one gather: every index picks a full slice of `x` that
 /// is 1 wide along `axis`; XLA clamps start indices into range, as the IR says.

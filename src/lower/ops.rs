@@ -52,6 +52,8 @@ pub fn lower_node(e: &mut Emitter<'_>, id: NodeId) {
         Op::Concat { axis } => concat(e, node, *axis),
         Op::MatMul => matmul(e, id),
         Op::IndexSelect { axis } => index_select(e, node, *axis),
+        Op::DynamicSlice { axis, .. } => dynamic_slice(e, node, *axis),
+        Op::DynamicUpdateSlice { axis } => dynamic_update_slice(e, node, *axis),
         Op::RandomUniform { .. } => random_uniform(e, node),
     };
     e.bind(id, v);
@@ -249,6 +251,36 @@ fn index_select(e: &mut Emitter<'_>, node: &Node, axis: usize) -> String {
         e,
         (&x, &xn.shape),
         (&i, &inn.shape, inn.dtype),
+        axis,
+        &node.shape,
+        node.dtype,
+    )
+}
+
+/// `dynamic_slice(x, start)` along `axis` (lowered in `index.rs`).
+fn dynamic_slice(e: &mut Emitter<'_>, node: &Node, axis: usize) -> String {
+    let (x, xn) = operand(e, node, 0);
+    let (s, sn) = operand(e, node, 1);
+    super::index::dynamic_slice(
+        e,
+        (&x, &xn.shape),
+        (&s, sn.dtype),
+        axis,
+        &node.shape,
+        node.dtype,
+    )
+}
+
+/// `dynamic_update_slice(x, update, start)` along `axis` (in `index.rs`).
+fn dynamic_update_slice(e: &mut Emitter<'_>, node: &Node, axis: usize) -> String {
+    let (x, _) = operand(e, node, 0);
+    let (u, un) = operand(e, node, 1);
+    let (s, sn) = operand(e, node, 2);
+    super::index::dynamic_update_slice(
+        e,
+        &x,
+        (&u, &un.shape),
+        (&s, sn.dtype),
         axis,
         &node.shape,
         node.dtype,

@@ -51,7 +51,30 @@ impl Tensor {
                 loc,
             ));
         }
-        Tensor::from_host(&HostTensor::from_slice(data, shape), device)
+        let host = HostTensor::from_slice(data, shape);
+        let (mask, _) = super::dynamic::sites::observe(
+            loc,
+            super::dynamic::sites::Kind::Upload,
+            host.shape.dims(),
+            0,
+        );
+        if mask == 0 {
+            return Tensor::from_host(&host, device);
+        }
+        // A length that changed at this upload site: upload padded to the
+        // capacity, so what the program does with it compiles once per bucket.
+        let caps: Vec<(usize, usize)> = (0..host.shape.rank())
+            .filter(|a| mask & (1 << a) != 0)
+            .map(|a| (a, super::dynamic::bucket(host.shape.dims()[a])))
+            .collect();
+        let padded = super::dynamic::pad_host(&host, &caps);
+        let t = Tensor::from_host(&padded, device)?;
+        let _ = t.0.logical.set(Box::new(crate::lazy::Logical {
+            shape: host.shape.clone(),
+            mask,
+            limit: Shape(smallvec::SmallVec::from_elem(0, host.shape.rank())),
+        }));
+        Ok(t)
     }
 
     /// Like [`Tensor::from_slice`], taking ownership of the data.
@@ -139,7 +162,7 @@ impl Tensor {
     pub fn rand(dims: &[usize], seed: u64, device: &Device) -> Result<Tensor> {
         let n = dims.iter().product::<usize>();
         let v: Vec<f32> = (0..n as u64).map(|i| uniform(seed, i) as f32).collect();
-        Tensor::from_slice(&v, dims, device)
+        Tensor::from_host(&HostTensor::from_slice(&v, Shape::new(dims)), device)
     }
 
     /// Standard normal f32 values from `seed` (Box-Muller, deterministic).
@@ -152,6 +175,6 @@ impl Tensor {
                 ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
             })
             .collect();
-        Tensor::from_slice(&v, dims, device)
+        Tensor::from_host(&HostTensor::from_slice(&v, Shape::new(dims)), device)
     }
 }

@@ -8,6 +8,7 @@ mod composite;
 mod conv;
 mod create;
 mod display;
+pub(crate) mod dynamic;
 mod index;
 mod ops;
 mod overload;
@@ -54,14 +55,18 @@ pub(crate) fn install_tape(hook: TapeHook) {
 }
 
 impl Tensor {
-    /// The dimensions.
+    /// The dimensions (for a tensor with dynamic axes, their lengths: the
+    /// logical shape, never the padded capacity).
     pub fn shape(&self) -> &Shape {
-        &self.0.shape
+        match self.0.logical.get() {
+            Some(l) => &l.shape,
+            None => &self.0.shape,
+        }
     }
 
     /// The dimensions as a slice.
     pub fn dims(&self) -> &[usize] {
-        self.0.shape.dims()
+        self.shape().dims()
     }
 
     /// The element type.
@@ -76,7 +81,7 @@ impl Tensor {
 
     /// Number of elements.
     pub fn numel(&self) -> usize {
-        self.0.shape.numel()
+        self.shape().numel()
     }
 
     /// The device holding this tensor.
@@ -111,7 +116,11 @@ impl Tensor {
     /// Copies the value to the host as a [`HostTensor`] (a sync point).
     pub fn to_host(&self) -> Result<HostTensor> {
         let b = self.materialize(FlushReason::Read)?;
-        self.0.device.rt.download(&b)
+        let h = self.0.device.rt.download(&b)?;
+        Ok(match self.logical() {
+            Some(l) => dynamic::unpad_host(h, &l.shape),
+            None => h,
+        })
     }
 
     /// Copies the value to the host as a flat row-major `Vec<T>` (a sync point).
@@ -210,8 +219,22 @@ impl Tensor {
                 .join(", ")
         };
         let name = op.name();
+        let dynamic = args
+            .iter()
+            .any(|a| matches!(a, Arg::T(t) if t.0.logical.get().is_some()));
+        if dynamic {
+            operands.clear();
+            for a in args {
+                operands.push(match a {
+                    Arg::T(t) => (t.shape(), t.0.dtype),
+                    Arg::Scalar(_, d) => (&scalar, *d),
+                });
+            }
+        }
         let (shape, dtype) =
             lazyfuse_ir::infer(&op, &operands).map_err(|e| Error::op(name, e, describe(), loc))?;
+        drop(operands);
+        let site = dynamic::sites::for_op(&op, &shape, loc);
         let mut tensors = args.iter().filter_map(|a| match a {
             Arg::T(t) => Some(*t),
             Arg::Scalar(..) => None,
@@ -237,7 +260,11 @@ impl Tensor {
                 .any(|a| matches!(a, Arg::T(t) if t.0.autograd.get().is_some()))
         });
         let track = tape.map(|h| (*h, op.clone()));
-        let out = Tensor(crate::lazy::record(device, op, args, shape, dtype, loc)?);
+        let out = if dynamic || site != (0, false) {
+            dynamic::apply(&op, args, shape, site, loc)?
+        } else {
+            Tensor(crate::lazy::record(device, op, args, shape, dtype, loc)?)
+        };
         if let Some((hook, op)) = track {
             hook(op, args, &out, loc);
         }
@@ -255,15 +282,18 @@ impl Tensor {
         if let Some(buf) = self.ready_buffer() {
             return Ok(Tensor::ready(buf, self.device()));
         }
-        let op = Op::Reshape(self.shape().clone());
+        let op = Op::Reshape(self.0.shape.clone());
         let inner = crate::lazy::record(
             self.device(),
             op,
             &[&self.0],
-            self.shape().clone(),
+            self.0.shape.clone(),
             self.dtype(),
             loc,
         )?;
+        if let Some(l) = self.0.logical.get() {
+            let _ = inner.logical.set(l.clone());
+        }
         Ok(Tensor(inner))
     }
 
@@ -276,6 +306,10 @@ impl Tensor {
     ) -> Result<Tensor> {
         let (shape, dtype) =
             lazyfuse_ir::infer(&op, &[]).map_err(|e| Error::op(name, e, String::new(), loc))?;
+        let (mask, _) = dynamic::sites::for_op(&op, &shape, loc);
+        if mask != 0 {
+            return dynamic::nullary(op, shape, dtype, mask, device, loc);
+        }
         let none: [&Arc<TensorInner>; 0] = [];
         Ok(Tensor(crate::lazy::record(
             device, op, &none, shape, dtype, loc,

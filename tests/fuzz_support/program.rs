@@ -192,6 +192,7 @@ pub fn op_rust(op: &Op) -> String {
         Literal::Float(v) => format!("Literal::Float({})", f64_rust(*v)),
         Literal::Int(i) => format!("Literal::Int({i})"),
         Literal::Bool(b) => format!("Literal::Bool({b})"),
+        Literal::Dim(i) => format!("Literal::Dim({i})"),
     };
     match op {
         Op::Input { shape, dtype } => {
@@ -237,6 +238,10 @@ pub fn op_rust(op: &Op) -> String {
         Op::Concat { axis } => format!("Op::Concat {{ axis: {axis} }}"),
         Op::MatMul => "Op::MatMul".into(),
         Op::IndexSelect { axis } => format!("Op::IndexSelect {{ axis: {axis} }}"),
+        Op::DynamicSlice { axis, len } => {
+            format!("Op::DynamicSlice {{ axis: {axis}, len: {len} }}")
+        }
+        Op::DynamicUpdateSlice { axis } => format!("Op::DynamicUpdateSlice {{ axis: {axis} }}"),
         Op::RandomUniform { shape, dtype } => format!(
             "Op::RandomUniform {{ shape: {}, dtype: DType::{dtype:?} }}",
             shape_rust(shape)

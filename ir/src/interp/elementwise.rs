@@ -327,7 +327,7 @@ pub(crate) fn constant(value: Literal, shape: &Shape, dtype: DType) -> HostTenso
 pub fn scalar_constant(value: Literal, dtype: DType) -> HostTensor {
     let one = match value {
         Literal::Float(v) => HostTensor::from_f64(&[v], Shape::scalar(), dtype),
-        Literal::Int(v) => HostTensor::from_i64(&[v], Shape::scalar(), dtype),
+        Literal::Int(v) | Literal::Dim(v) => HostTensor::from_i64(&[v], Shape::scalar(), dtype),
         Literal::Bool(b) => HostTensor::from_i64(&[b as i64], Shape::scalar(), dtype),
     };
     match flush_threshold(dtype) {

@@ -124,6 +124,40 @@ pub(crate) fn slice(x: &HostTensor, axis: usize, start: usize, len: usize) -> Ho
     gather(x, shape, indices)
 }
 
+/// The clamped run-time start of a dynamic slice or update (XLA's rule:
+/// into `0..=dim - len`).
+fn clamped_start(start: &HostTensor, dim: usize, len: usize) -> usize {
+    let s = start.to_i64_vec()[0];
+    s.clamp(0, (dim - len) as i64) as usize
+}
+
+/// `len` elements along `axis` from the clamped run-time `start`.
+pub(crate) fn dynamic_slice(
+    x: &HostTensor,
+    start: &HostTensor,
+    axis: usize,
+    len: usize,
+) -> HostTensor {
+    let s = clamped_start(start, x.shape.dims()[axis], len);
+    slice(x, axis, s, len)
+}
+
+/// `x` with `update` written along `axis` from the clamped run-time `start`:
+/// the blocks before, the update and the blocks after, joined.
+pub(crate) fn dynamic_update_slice(
+    x: &HostTensor,
+    update: &HostTensor,
+    start: &HostTensor,
+    axis: usize,
+) -> HostTensor {
+    let dim = x.shape.dims()[axis];
+    let u = update.shape.dims()[axis];
+    let s = clamped_start(start, dim, u);
+    let before = slice(x, axis, 0, s);
+    let after = slice(x, axis, s + u, dim - s - u);
+    concat(&[&before, update, &after], axis, x.shape.clone())
+}
+
 /// Concatenation along `axis`: for every index of the dims before `axis`, each
 /// input contributes one contiguous block of `dim(axis) * inner` elements.
 pub(crate) fn concat(xs: &[&HostTensor], axis: usize, shape: Shape) -> HostTensor {

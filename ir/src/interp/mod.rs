@@ -82,6 +82,10 @@ pub fn eval_op(op: &Op, inputs: &[&HostTensor]) -> Result<HostTensor, InferError
         Op::BroadcastTo(_) => layout::broadcast_to(x(), &shape),
         Op::Slice { axis, start, len } => layout::slice(x(), *axis, *start, *len),
         Op::Concat { axis } => layout::concat(inputs, *axis, shape.clone()),
+        Op::DynamicSlice { axis, len } => layout::dynamic_slice(x(), inputs[1], *axis, *len),
+        Op::DynamicUpdateSlice { axis } => {
+            layout::dynamic_update_slice(x(), inputs[1], inputs[2], *axis)
+        }
         Op::MatMul => reduce::matmul(x(), inputs[1], shape.clone()),
         Op::IndexSelect { axis } => index::index_select(x(), inputs[1], *axis, shape.clone()),
         Op::RandomUniform { dtype, .. } => index::random_uniform(x(), shape.clone(), *dtype),

@@ -1,0 +1,618 @@
+//! Each op on dynamic operands, as ops on their padded buffers.
+//!
+//! The rules (the README's "Dynamic shapes" lists them for users):
+//! - elementwise ops run on the padding too; an operand that is static,
+//!   or padded to a smaller capacity, along a dynamic result axis is
+//!   padded to the result's capacity;
+//! - reductions, extrema and argmax over a dynamic axis first replace the
+//!   padding by the reduction's identity; `mean` divides by the length;
+//! - a matmul contracting over a dynamic axis zeroes the padding of both
+//!   operands (a select, so NaN padding cannot leak);
+//! - `cat` along a dynamic axis writes each later operand into the first
+//!   one's buffer with `dynamic_update_slice` at its run-time offset;
+//! - `narrow` on a dynamic axis, or at a start that changes, is a
+//!   `dynamic_slice` at a run-time start;
+//! - a reshape keeps each dynamic axis as an axis of its own; one that
+//!   would merge it with others cannot be exact and is an `Err`.
+
+use super::pad::{mask, pad_to};
+use super::{bucket, dim, Ctx, P, V};
+use crate::tensor::{Arg, Tensor};
+use crate::{Device, Result};
+use lazyfuse_ir::{BinaryOp, DType, Literal, Op, ReduceOp, Shape};
+use smallvec::SmallVec;
+use std::panic::Location;
+
+/// An operand: a value or a host scalar.
+enum O {
+    V(V),
+    S(Literal, DType),
+}
+
+/// Records `op` (already validated on the logical shapes: `shape` is its
+/// logical result) on dynamic operands or at a dynamic site (`site`: the
+/// site's dynamic axes and whether its start is run-time).
+pub(crate) fn apply(
+    op: &Op,
+    args: &[Arg<'_>],
+    shape: Shape,
+    site: (u32, bool),
+    loc: &'static Location<'static>,
+) -> Result<Tensor> {
+    let device = args
+        .iter()
+        .find_map(|a| match a {
+            Arg::T(t) => Some(t.device()),
+            Arg::Scalar(..) => None,
+        })
+        .expect("every op with operands has a tensor operand");
+    let ctx = Ctx {
+        device,
+        loc,
+        name: op.name(),
+    };
+    let os: SmallVec<[O; 3]> = args
+        .iter()
+        .map(|a| match a {
+            Arg::T(t) => O::V(V::of(t)),
+            Arg::Scalar(l, d) => O::S(*l, *d),
+        })
+        .collect();
+    let v = |k: usize| match &os[k] {
+        O::V(v) => v,
+        O::S(..) => unreachable!("operand {k} of {} is a tensor", op.name()),
+    };
+    let out = match op {
+        Op::Unary(_) | Op::Convert(_) | Op::Binary(_) | Op::Compare(_) | Op::Select => {
+            elementwise(&ctx, op, &os, &shape, 0)?
+        }
+        Op::BroadcastTo(_) => broadcast(&ctx, v(0), &shape, site.0)?,
+        Op::Reduce {
+            op: r,
+            axes,
+            keepdim,
+        } => reduce(&ctx, *r, axes, *keepdim, v(0), &shape)?,
+        Op::ArgMax { axis, keepdim } => argmax(&ctx, *axis, *keepdim, v(0), &shape)?,
+        Op::Reshape(_) => reshape(&ctx, v(0), &shape)?,
+        Op::Permute(perm) => {
+            let x = v(0);
+            let t = ctx.rec(Op::Permute(perm.clone()), &[P::T(x.t.clone())])?;
+            let mask = perm
+                .iter()
+                .enumerate()
+                .filter(|(_, &p)| x.is_dyn(p))
+                .fold(0, |m, (i, _)| m | (1 << i));
+            let limit = Shape(perm.iter().map(|&p| x.limit.dims()[p]).collect());
+            V {
+                t,
+                shape,
+                mask,
+                limit,
+            }
+        }
+        Op::Slice { axis, start, len } => narrow(&ctx, v(0), *axis, *start, *len, site)?,
+        Op::Concat { axis } => {
+            let vs: Vec<&V> = (0..os.len()).map(v).collect();
+            cat(&ctx, &vs, *axis, &shape, site.0)?
+        }
+        Op::MatMul => matmul(&ctx, v(0), v(1), &shape)?,
+        Op::IndexSelect { axis } => index_select(&ctx, v(0), v(1), *axis, &shape)?,
+        Op::Input { .. }
+        | Op::Constant { .. }
+        | Op::Arange { .. }
+        | Op::RandomUniform { .. }
+        | Op::DynamicSlice { .. }
+        | Op::DynamicUpdateSlice { .. } => {
+            let d: Vec<String> = (0..os.len())
+                .filter_map(|k| match &os[k] {
+                    O::V(v) => Some(format!("{}{}", v.dtype(), v.shape)),
+                    O::S(..) => None,
+                })
+                .collect();
+            return Err(ctx.err(
+                "is not supported on tensors with dynamic axes",
+                d.join(", "),
+            ));
+        }
+    };
+    Ok(out.into_tensor())
+}
+
+/// A creation op (`full`, `arange`) at a site whose result axes `mask`
+/// are dynamic: the same op at capacity shape.
+pub(crate) fn nullary(
+    op: Op,
+    shape: Shape,
+    dtype: DType,
+    site_mask: u32,
+    device: &Device,
+    loc: &'static Location<'static>,
+) -> Result<Tensor> {
+    let ctx = Ctx {
+        device,
+        loc,
+        name: op.name(),
+    };
+    let mut cap = shape.clone();
+    for (a, d) in cap.0.iter_mut().enumerate() {
+        if site_mask & (1 << a) != 0 {
+            *d = bucket(*d);
+        }
+    }
+    let op = match op {
+        Op::Constant { value, .. } => Op::Constant {
+            value,
+            shape: cap,
+            dtype,
+        },
+        Op::Arange {
+            start, step, dtype, ..
+        } => Op::Arange {
+            start,
+            step,
+            len: cap.dims()[0],
+            dtype,
+        },
+        other => other,
+    };
+    let t = ctx.rec(op, &[])?;
+    let rank = shape.rank();
+    Ok(V {
+        t,
+        shape,
+        mask: site_mask & ((1u32 << rank) - 1),
+        limit: Shape(SmallVec::from_elem(0, rank)),
+    }
+    .into_tensor())
+}
+
+/// Dynamic axes of a broadcast result of logical shape `r` (the last
+/// `skip` axes left out): per axis, the capacity where an operand
+/// contributes a dynamic axis of the result's size, with its maximum.
+fn result_axes(vs: &[&V], r: &Shape, skip: usize) -> Vec<Option<(usize, usize)>> {
+    let n = r.rank() - skip;
+    (0..n)
+        .map(|a| {
+            let mut best: Option<(usize, usize)> = None;
+            for v in vs {
+                let vr = v.shape.rank() - skip;
+                if a + vr < n {
+                    continue;
+                }
+                let j = a + vr - n;
+                if v.is_dyn(j) && v.len(j) == r.dims()[a] {
+                    let (c, l) = best.unwrap_or((0, 0));
+                    let lim = if l == 0 { v.limit.dims()[j] } else { l };
+                    best = Some((c.max(v.cap(j)), lim));
+                }
+            }
+            best
+        })
+        .collect()
+}
+
+/// `v` padded or cut so it broadcasts physically against a result with
+/// dynamic axes `axes` and logical shape `r` (the last `skip` axes left
+/// alone).
+fn align(
+    ctx: &Ctx<'_>,
+    v: &V,
+    r: &Shape,
+    axes: &[Option<(usize, usize)>],
+    skip: usize,
+) -> Result<std::sync::Arc<crate::lazy::TensorInner>> {
+    let mut t = v.t.clone();
+    let n = axes.len();
+    let vr = v.shape.rank() - skip;
+    for j in 0..vr {
+        let a = j + n - vr;
+        let want = match axes[a] {
+            // A size-1 operand axis broadcasts; one of the result's size
+            // is padded to the capacity.
+            Some((cap, _)) if v.len(j) == r.dims()[a] && !(v.cap(j) == 1 && r.dims()[a] == 1) => {
+                cap
+            }
+            _ => v.len(j),
+        };
+        t = pad_to(ctx, &t, j, want, j)?;
+    }
+    Ok(t)
+}
+
+/// The result view from its padded value and dynamic axes.
+fn result(
+    t: std::sync::Arc<crate::lazy::TensorInner>,
+    shape: &Shape,
+    axes: &[Option<(usize, usize)>],
+) -> V {
+    let mut mask = 0;
+    let mut limit = Shape(SmallVec::from_elem(0, shape.rank()));
+    for (a, ax) in axes.iter().enumerate() {
+        if let Some((_, l)) = ax {
+            mask |= 1 << a;
+            limit.0[a] = *l;
+        }
+    }
+    V {
+        t,
+        shape: shape.clone(),
+        mask,
+        limit,
+    }
+}
+
+/// Unary, binary, compare, select and convert: the op on aligned buffers.
+fn elementwise(ctx: &Ctx<'_>, op: &Op, os: &[O], r: &Shape, skip: usize) -> Result<V> {
+    let vs: Vec<&V> = os
+        .iter()
+        .filter_map(|o| match o {
+            O::V(v) => Some(v),
+            O::S(..) => None,
+        })
+        .collect();
+    let axes = result_axes(&vs, r, skip);
+    let mut args: SmallVec<[P; 3]> = SmallVec::new();
+    for o in os {
+        args.push(match o {
+            O::V(v) => P::T(align(ctx, v, r, &axes, skip)?),
+            O::S(l, d) => P::S(*l, *d),
+        });
+    }
+    let t = ctx.rec(op.clone(), &args)?;
+    Ok(result(t, r, &axes))
+}
+
+/// `broadcast_to`: dynamic axes of the operand carry over; a broadcast
+/// axis marked dynamic at this site gets a capacity.
+fn broadcast(ctx: &Ctx<'_>, x: &V, r: &Shape, site: u32) -> Result<V> {
+    let mut axes = result_axes(&[x], r, 0);
+    for (a, ax) in axes.iter_mut().enumerate() {
+        if ax.is_none() && site & (1 << a) != 0 {
+            *ax = Some((bucket(r.dims()[a]), 0));
+        }
+    }
+    let t = align(ctx, x, r, &axes, 0)?;
+    let phys: Vec<usize> = (0..r.rank())
+        .map(|a| axes[a].map_or(r.dims()[a], |(c, _)| c))
+        .collect();
+    let t = ctx.rec(Op::BroadcastTo(Shape::new(&phys)), &[P::T(t)])?;
+    Ok(result(t, r, &axes))
+}
+
+/// The identity of a reduction (what padding becomes before it).
+fn identity(op: ReduceOp, dt: DType) -> Literal {
+    match (op, dt) {
+        (ReduceOp::Sum | ReduceOp::Mean, DType::Bool) => Literal::Bool(false),
+        (ReduceOp::Sum | ReduceOp::Mean, _) => Literal::Int(0),
+        (ReduceOp::Max, d) if d.is_float() => Literal::Float(f64::NEG_INFINITY),
+        (ReduceOp::Min, d) if d.is_float() => Literal::Float(f64::INFINITY),
+        (ReduceOp::Max, DType::I32) => Literal::Int(i32::MIN as i64),
+        (ReduceOp::Min, DType::I32) => Literal::Int(i32::MAX as i64),
+        (ReduceOp::Max, DType::I64) => Literal::Int(i64::MIN),
+        (ReduceOp::Min, DType::I64) => Literal::Int(i64::MAX),
+        (ReduceOp::Max, DType::Bool) => Literal::Bool(false),
+        (ReduceOp::Min, DType::Bool) => Literal::Bool(true),
+        (ReduceOp::Max, _) => Literal::Int(0),
+        (ReduceOp::Min, _) => Literal::Int(255),
+    }
+}
+
+/// The view left after removing (or keeping as 1) the reduced `axes`.
+fn reduced_view(
+    x: &V,
+    t: std::sync::Arc<crate::lazy::TensorInner>,
+    axes: &[usize],
+    keepdim: bool,
+    r: &Shape,
+) -> V {
+    let mut mask = 0;
+    let mut limit = SmallVec::new();
+    let mut k = 0;
+    for a in 0..x.shape.rank() {
+        let gone = axes.contains(&a);
+        if gone && !keepdim {
+            continue;
+        }
+        if !gone && x.is_dyn(a) {
+            mask |= 1 << k;
+        }
+        limit.push(if gone { 0 } else { x.limit.dims()[a] });
+        k += 1;
+    }
+    V {
+        t,
+        shape: r.clone(),
+        mask,
+        limit: Shape(limit),
+    }
+}
+
+/// Reductions: padding becomes the identity; `mean` is a sum divided by
+/// the run-time count (in f32 for half types, as the static lowering).
+fn reduce(
+    ctx: &Ctx<'_>,
+    op: ReduceOp,
+    axes: &[usize],
+    keepdim: bool,
+    x: &V,
+    r: &Shape,
+) -> Result<V> {
+    let dt = x.dtype();
+    let dyn_reduced = axes.iter().any(|&a| x.is_dyn(a));
+    let mut t = x.t.clone();
+    for &a in axes {
+        if x.is_dyn(a) {
+            t = mask(ctx, &t, a, x.len(a), identity(op, dt))?;
+        }
+    }
+    let axes_v: lazyfuse_ir::Axes = axes.iter().copied().collect();
+    let t = if op == ReduceOp::Mean && dyn_reduced {
+        let acc = if matches!(dt, DType::BF16 | DType::F16) {
+            DType::F32
+        } else {
+            dt
+        };
+        let xin = if acc != dt {
+            ctx.rec(Op::Convert(acc), &[P::T(t)])?
+        } else {
+            t
+        };
+        let s = ctx.rec(
+            Op::Reduce {
+                op: ReduceOp::Sum,
+                axes: axes_v,
+                keepdim,
+            },
+            &[P::T(xin)],
+        )?;
+        let count: usize = axes.iter().map(|&a| x.len(a)).product();
+        let n = ctx.rec(Op::Convert(acc), &[dim(count)])?;
+        let m = ctx.rec(Op::Binary(BinaryOp::Div), &[P::T(s), P::T(n)])?;
+        if acc != dt {
+            ctx.rec(Op::Convert(dt), &[P::T(m)])?
+        } else {
+            m
+        }
+    } else {
+        ctx.rec(
+            Op::Reduce {
+                op,
+                axes: axes_v,
+                keepdim,
+            },
+            &[P::T(t)],
+        )?
+    };
+    Ok(reduced_view(x, t, axes, keepdim, r))
+}
+
+/// The smallest value of a dtype (padding before an argmax).
+fn lowest(dt: DType) -> Literal {
+    match dt {
+        d if d.is_float() => Literal::Float(f64::NEG_INFINITY),
+        DType::I32 => Literal::Int(i32::MIN as i64),
+        DType::I64 => Literal::Int(i64::MIN),
+        DType::Bool => Literal::Bool(false),
+        _ => Literal::Int(0),
+    }
+}
+
+/// `argmax`: padding becomes the lowest value, so the first maximum is a
+/// logical element (padding comes after every logical index).
+fn argmax(ctx: &Ctx<'_>, axis: usize, keepdim: bool, x: &V, r: &Shape) -> Result<V> {
+    let mut t = x.t.clone();
+    if x.is_dyn(axis) {
+        t = mask(ctx, &t, axis, x.len(axis), lowest(x.dtype()))?;
+    }
+    let t = ctx.rec(Op::ArgMax { axis, keepdim }, &[P::T(t)])?;
+    Ok(reduced_view(x, t, &[axis], keepdim, r))
+}
+
+/// A reshape that keeps every dynamic axis an axis of its own: axis `d`
+/// maps to the output axis with the same logical prefix product and size.
+fn reshape(ctx: &Ctx<'_>, x: &V, r: &Shape) -> Result<V> {
+    let pre = |s: &Shape, k: usize| -> usize { s.dims()[..k].iter().product() };
+    let mut phys = r.clone();
+    let mut mask = 0;
+    let mut limit = Shape(SmallVec::from_elem(0, r.rank()));
+    let mut last_e: Option<usize> = None;
+    for d in (0..x.shape.rank()).filter(|&d| x.is_dyn(d)) {
+        let (p, len) = (pre(&x.shape, d), x.len(d));
+        let from = last_e.map_or(0, |e| e + 1);
+        let e = (from..r.rank()).find(|&e| pre(r, e) == p && r.dims()[e] == len);
+        // The static dims between two dynamic axes must regroup among
+        // themselves, or padding would land inside logical rows.
+        let ok = e.is_some_and(|e| {
+            let after_in: usize = x.shape.dims()[d + 1..].iter().product();
+            let after_out: usize = r.dims()[e + 1..].iter().product();
+            after_in == after_out
+        });
+        let Some(e) = e.filter(|_| ok) else {
+            return Err(ctx.err(
+                format!(
+                    "this reshape would merge dynamic axis {d} (length {len}, capacity {}) with other axes, which cannot be exact; keep the dynamic axis as its own axis",
+                    x.cap(d)
+                ),
+                format!("{}{}", x.dtype(), x.shape),
+            ));
+        };
+        phys.0[e] = x.cap(d);
+        mask |= 1 << e;
+        limit.0[e] = x.limit.dims()[d];
+        last_e = Some(e);
+    }
+    let t = ctx.rec(Op::Reshape(phys), &[P::T(x.t.clone())])?;
+    Ok(V {
+        t,
+        shape: r.clone(),
+        mask,
+        limit,
+    })
+}
+
+/// `narrow`: a `dynamic_slice` at a run-time start on a dynamic axis or
+/// at a site whose start changes; a result length that changes at this
+/// site is itself dynamic (the operand is padded by that capacity first,
+/// so the slice never runs off the end, where XLA would clamp the start).
+fn narrow(
+    ctx: &Ctx<'_>,
+    x: &V,
+    axis: usize,
+    start: usize,
+    len: usize,
+    site: (u32, bool),
+) -> Result<V> {
+    let dyn_len = site.0 & (1 << axis) != 0;
+    let runtime = x.is_dyn(axis) || site.1 || dyn_len;
+    let mut shape = x.shape.clone();
+    shape.0[axis] = len;
+    let mut out = V {
+        t: x.t.clone(),
+        shape,
+        mask: x.mask & !(1 << axis),
+        limit: x.limit.clone(),
+    };
+    out.limit.0[axis] = 0;
+    if !runtime {
+        out.t = ctx.rec(Op::Slice { axis, start, len }, &[P::T(x.t.clone())])?;
+        return Ok(out);
+    }
+    let size = if dyn_len { bucket(len) } else { len };
+    let mut t = x.t.clone();
+    if dyn_len {
+        let grown = x.cap(axis) + size;
+        t = pad_to(ctx, &t, axis, grown, axis)?;
+        out.mask |= 1 << axis;
+    }
+    out.t = ctx.rec(Op::DynamicSlice { axis, len: size }, &[P::T(t), dim(start)])?;
+    Ok(out)
+}
+
+/// `cat`: operands aligned on the other axes; along a dynamic axis (or a
+/// site whose result length changes), later operands are written into the
+/// first one's buffer at their run-time offsets.
+fn cat(ctx: &Ctx<'_>, vs: &[&V], axis: usize, r: &Shape, site: u32) -> Result<V> {
+    let n = r.rank();
+    let mut axes: Vec<Option<(usize, usize)>> = (0..n)
+        .map(|a| {
+            let dynamic: Vec<&&V> = vs.iter().filter(|v| v.is_dyn(a)).collect();
+            if dynamic.is_empty() {
+                return None;
+            }
+            let cap = dynamic.iter().map(|v| v.cap(a)).max().unwrap_or(0);
+            let lim = dynamic
+                .iter()
+                .map(|v| v.limit.dims()[a])
+                .find(|&l| l > 0)
+                .unwrap_or(0);
+            Some((cap, lim))
+        })
+        .collect();
+    let along = axes[axis].is_some() || site & (1 << axis) != 0;
+    let mut parts = Vec::with_capacity(vs.len());
+    for v in vs {
+        let mut t = v.t.clone();
+        for (a, ax) in axes.iter().enumerate() {
+            if a != axis {
+                t = pad_to(ctx, &t, a, ax.map_or(v.len(a), |(c, _)| c), a)?;
+            } else if !along {
+                t = pad_to(ctx, &t, a, v.len(a), a)?;
+            }
+        }
+        parts.push(t);
+    }
+    if !along {
+        let args: Vec<P> = parts.into_iter().map(P::T).collect();
+        let t = ctx.rec(Op::Concat { axis }, &args)?;
+        return Ok(result(t, r, &axes));
+    }
+    let total = r.dims()[axis];
+    let limit = axes[axis].map_or(0, |(_, l)| l);
+    let first_cap = parts[0].shape.dims()[axis];
+    let cap = if vs[0].is_dyn(axis) && first_cap >= total {
+        first_cap
+    } else if limit > 0 {
+        if total > limit {
+            let d: Vec<String> = vs
+                .iter()
+                .map(|v| format!("{}{}", v.dtype(), v.shape))
+                .collect();
+            return Err(ctx.err(
+                format!("the result's axis {axis} would have length {total}, beyond its declared maximum {limit} (mark_dynamic)"),
+                d.join(", "),
+            ));
+        }
+        limit
+    } else {
+        bucket(total)
+    };
+    // Room past the capacity for the padding of later operands, so no
+    // write runs off the end (XLA would move it back by clamping).
+    let slack = vs[1..]
+        .iter()
+        .zip(&parts[1..])
+        .map(|(v, p)| p.shape.dims()[axis] - v.len(axis))
+        .max()
+        .unwrap_or(0);
+    let mut buf = pad_to(ctx, &parts[0], axis, cap + slack, axis)?;
+    let mut at = vs[0].len(axis);
+    for (v, p) in vs[1..].iter().zip(&parts[1..]) {
+        let op = Op::DynamicUpdateSlice { axis };
+        buf = ctx.rec(op, &[P::T(buf), P::T(p.clone()), dim(at)])?;
+        at += v.len(axis);
+    }
+    if slack > 0 {
+        buf = pad_to(ctx, &buf, axis, cap, axis)?;
+    }
+    axes[axis] = Some((cap, limit));
+    Ok(result(buf, r, &axes))
+}
+
+/// `matmul`: batch axes as elementwise ops; a dynamic contraction axis is
+/// zeroed past its length in both operands; dynamic `m` and `n` carry.
+fn matmul(ctx: &Ctx<'_>, a: &V, b: &V, r: &Shape) -> Result<V> {
+    let (ra, rb, rr) = (a.shape.rank(), b.shape.rank(), r.rank());
+    let mut axes = result_axes(&[a, b], r, 2);
+    let mut ta = align(ctx, a, r, &axes, 2)?;
+    let mut tb = align(ctx, b, r, &axes, 2)?;
+    let (ka, kb) = (ra - 1, rb - 2);
+    if a.is_dyn(ka) || b.is_dyn(kb) {
+        let cap = a.cap(ka).max(b.cap(kb));
+        let k = a.len(ka);
+        ta = pad_to(ctx, &ta, ka, cap, ka)?;
+        tb = pad_to(ctx, &tb, kb, cap, kb)?;
+        ta = mask(ctx, &ta, ka, k, Literal::Int(0))?;
+        tb = mask(ctx, &tb, kb, k, Literal::Int(0))?;
+    }
+    let t = ctx.rec(Op::MatMul, &[P::T(ta), P::T(tb)])?;
+    let m = a
+        .is_dyn(ra - 2)
+        .then(|| (a.cap(ra - 2), a.limit.dims()[ra - 2]));
+    let nn = b
+        .is_dyn(rb - 1)
+        .then(|| (b.cap(rb - 1), b.limit.dims()[rb - 1]));
+    axes.push(m);
+    axes.push(nn);
+    debug_assert_eq!(axes.len(), rr);
+    Ok(result(t, r, &axes))
+}
+
+/// `index_select`: indices clamped to the logical length of a dynamic
+/// indexed axis (the gather would clamp to the capacity); a dynamic index
+/// list makes the result axis dynamic.
+fn index_select(ctx: &Ctx<'_>, x: &V, idx: &V, axis: usize, r: &Shape) -> Result<V> {
+    let mut i = idx.t.clone();
+    if x.is_dyn(axis) {
+        let last = Literal::Dim(x.len(axis).saturating_sub(1) as i64);
+        i = ctx.rec(
+            Op::Binary(BinaryOp::Minimum),
+            &[P::T(i), P::S(last, idx.dtype())],
+        )?;
+    }
+    let mut axes: Vec<Option<(usize, usize)>> = (0..r.rank())
+        .map(|a| x.is_dyn(a).then(|| (x.cap(a), x.limit.dims()[a])))
+        .collect();
+    axes[axis] = idx.is_dyn(0).then(|| (idx.cap(0), idx.limit.dims()[0]));
+    let t = ctx.rec(Op::IndexSelect { axis }, &[P::T(x.t.clone()), P::T(i)])?;
+    Ok(result(t, r, &axes))
+}

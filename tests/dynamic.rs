@@ -1,0 +1,254 @@
+//! Dynamic dimensions: padded values give exactly what exact shapes give,
+//! on both backends, at every bucket edge, forward and backward, with zero
+//! or poisoned padding; lengths beyond a declared maximum are `Err`s.
+//! (Compile counts are in `tests/dynamic_compiles.rs`: metrics are
+//! process-wide.)
+
+mod common;
+use common::dev;
+use lazyfuse::{set_auto_dynamic, set_poison_padding, DType, Tensor};
+
+/// Bucket edges of the default power-of-two capacities.
+const EDGES: [usize; 7] = [1, 15, 16, 17, 31, 32, 33];
+
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut r = lazyfuse::ir::SplitMix64::new(seed);
+    (0..n)
+        .map(|_| (r.next_u64() % 2001) as f32 / 500.0 - 2.0)
+        .collect()
+}
+
+/// Every op family that mixes elements along axis 1 of `x` ([3, L, 5]),
+/// reduced to host vectors (logical elements only).
+fn along_axis(x: &Tensor, w: &Tensor) -> Vec<(String, Vec<f32>)> {
+    let d = x.device().clone();
+    let l = x.dims()[1];
+    let host = |name: &str, t: lazyfuse::Result<Tensor>| {
+        let t = t.unwrap_or_else(|e| panic!("{name}: {e}"));
+        (
+            name.to_string(),
+            t.to_vec::<f32>().unwrap_or_else(|e| panic!("{name}: {e}")),
+        )
+    };
+    let xt = x.transpose(1, 2).unwrap(); // [3, 5, L]
+    let targets: Vec<i64> = (0..15).map(|i| (i * 7 % l.max(1)) as i64).collect();
+    let ids = Tensor::from_slice(&targets, &[3, 5], &d).unwrap();
+    vec![
+        host("sum", x.sum(&[1], false)),
+        host("mean", x.mean(&[1], true)),
+        host("max", x.max(&[1], false)),
+        host("min", x.min(&[1], false)),
+        host(
+            "argmax",
+            x.argmax(1, false).and_then(|a| a.to_dtype(DType::F32)),
+        ),
+        host("softmax", x.softmax(1)),
+        host("logsumexp", x.logsumexp(1, false)),
+        host("exp_elementwise", x.exp().and_then(|e| e.add_scalar(1.0))),
+        // [3, 5, L] x [3, L, 5]: contracts over the dynamic axis.
+        host("matmul_contract", xt.matmul(x)),
+        // [3, L, 5] x [5, 4]: the dynamic axis is a free dim.
+        host("matmul_free", x.matmul(w)),
+        host("layer_norm", xt.layer_norm(None, None, 1e-5)),
+        host("cross_entropy", xt.cross_entropy(&ids, None)),
+        host(
+            "cat",
+            Tensor::cat(&[x, &x.mul_scalar(2.0).unwrap()], 1).and_then(|c| c.sum(&[1], false)),
+        ),
+        host(
+            "cat_values",
+            Tensor::cat(&[x, &x.narrow(1, 0, 1).unwrap()], 1),
+        ),
+        host("narrow_last", x.narrow(1, l - 1, 1)),
+        host(
+            "reshape_keep",
+            x.reshape(&[3, l, 5, 1]).and_then(|r| r.sum(&[1], false)),
+        ),
+        host(
+            "permute",
+            x.permute(&[1, 0, 2]).and_then(|p| p.sum(&[0], false)),
+        ),
+    ]
+}
+
+fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let ok = (g - w).abs() <= tol * (1.0 + w.abs()) || (g.is_nan() && w.is_nan()) || g == w;
+        assert!(ok, "{what}[{i}]: {g} vs {w}");
+    }
+}
+
+/// Padded results (a capacity of 64) against exact shapes at every edge.
+fn masked_ops_match_exact_shapes() {
+    let d = dev();
+    let w = Tensor::from_slice(&values(20, 9), &[5, 4], &d).unwrap();
+    for &l in &EDGES {
+        let data = values(3 * l * 5, l as u64);
+        let exact = Tensor::from_slice(&data, &[3, l, 5], &d).unwrap();
+        let padded = exact.mark_dynamic(1, 64).unwrap();
+        assert_eq!(padded.dims(), &[3, l, 5], "shape() is logical");
+        assert_eq!(padded.dynamic_axes(), vec![(1, 64)]);
+        let want = along_axis(&exact, &w);
+        let got = along_axis(&padded, &w);
+        for ((name, g), (_, e)) in got.iter().zip(&want) {
+            assert_close(&format!("{name} at length {l}"), g, e, 2e-6);
+        }
+    }
+}
+
+/// Zero and poisoned padding give bit-identical results.
+fn poisoned_padding_changes_nothing() {
+    let d = dev();
+    let w = Tensor::from_slice(&values(20, 9), &[5, 4], &d).unwrap();
+    for &l in &EDGES {
+        let data = values(3 * l * 5, 100 + l as u64);
+        let run = |poison: bool| {
+            set_poison_padding(poison);
+            let x = Tensor::from_slice(&data, &[3, l, 5], &d)
+                .unwrap()
+                .mark_dynamic(1, 64)
+                .unwrap();
+            let r = along_axis(&x, &w);
+            set_poison_padding(false);
+            r
+        };
+        let (zero, poison) = (run(false), run(true));
+        for ((name, a), (_, b)) in zero.iter().zip(&poison) {
+            let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(
+                same,
+                "{name} at length {l}: poisoned padding changed the result"
+            );
+        }
+    }
+}
+
+/// Gradients through padded values equal the exact-shape gradients, and
+/// the padding of a gradient is never visible.
+fn gradients_match_exact_shapes() {
+    let d = dev();
+    let w = Tensor::from_slice(&values(20, 9), &[5, 4], &d).unwrap();
+    for &l in &[1, 16, 17, 33] {
+        let data = values(3 * l * 5, 7 + l as u64);
+        let grads = |dynamic: bool| {
+            let x = Tensor::from_slice(&data, &[3, l, 5], &d).unwrap();
+            let x = if dynamic {
+                x.mark_dynamic(1, 64).unwrap()
+            } else {
+                x
+            };
+            x.set_requires_grad(true).unwrap();
+            let y = x.softmax(1).unwrap().matmul(&w).unwrap();
+            let z = x.transpose(1, 2).unwrap().matmul(&x).unwrap();
+            let loss = y
+                .mul(&y)
+                .unwrap()
+                .mean_all()
+                .unwrap()
+                .add(&z.sum_all().unwrap().mul_scalar(1e-3).unwrap())
+                .unwrap()
+                .add(&x.max(&[1], false).unwrap().sum_all().unwrap())
+                .unwrap();
+            loss.backward().unwrap();
+            let g = x.grad().expect("x has a gradient");
+            assert_eq!(g.dims(), &[3, l, 5]);
+            (loss.item::<f32>().unwrap(), g.to_vec::<f32>().unwrap())
+        };
+        let (le, ge) = grads(false);
+        let (ld, gd) = grads(true);
+        assert_close(&format!("loss at {l}"), &[ld], &[le], 2e-6);
+        assert_close(&format!("grad at {l}"), &gd, &ge, 2e-6);
+    }
+}
+
+/// A cache grown by `cat` one row at a time, read through every step, with
+/// automatic dynamic axes equals the same loop on exact shapes.
+fn cat_grown_cache_matches_exact_shapes() {
+    let d = dev();
+    let run = |auto: bool| {
+        set_auto_dynamic(auto);
+        let mut cache: Option<Tensor> = None;
+        let mut out = Vec::new();
+        for step in 0..40usize {
+            let row = Tensor::from_slice(&values(8, step as u64), &[1, 8], &d).unwrap();
+            let k = match &cache {
+                Some(c) => Tensor::cat(&[c, &row], 0).unwrap(),
+                None => row,
+            };
+            let q = Tensor::from_slice(&values(8, 1000 + step as u64), &[8, 1], &d).unwrap();
+            let att = k.matmul(&q).unwrap().softmax(0).unwrap(); // [s, 1]
+            let y = att.transpose(0, 1).unwrap().matmul(&k).unwrap(); // [1, 8]
+            out.extend(y.to_vec::<f32>().unwrap());
+            assert_eq!(k.dims(), &[step + 1, 8]);
+            cache = Some(k);
+        }
+        set_auto_dynamic(true);
+        (out, cache.unwrap())
+    };
+    let (exact, _) = run(false);
+    let (dynamic, cache) = run(true);
+    assert_eq!(cache.dims(), &[40, 8]);
+    assert_eq!(
+        cache.dynamic_axes(),
+        vec![(0, 64)],
+        "the cache axis became dynamic"
+    );
+    assert_close("attention over the grown cache", &dynamic, &exact, 2e-6);
+}
+
+test_device!(
+    masked_ops_match_exact_shapes,
+    poisoned_padding_changes_nothing,
+    gradients_match_exact_shapes,
+    cat_grown_cache_matches_exact_shapes,
+);
+
+#[test]
+fn beyond_the_declared_maximum_is_an_err() {
+    let d = dev();
+    let x = Tensor::zeros(&[2, 3], DType::F32, &d).unwrap();
+    let e = x.mark_dynamic(1, 2).unwrap_err().to_string();
+    assert!(e.contains("more than the maximum 2"), "{e}");
+    let c = x.mark_dynamic(1, 4).unwrap();
+    let row = Tensor::zeros(&[2, 1], DType::F32, &d).unwrap();
+    let c = Tensor::cat(&[&c, &row], 1).unwrap();
+    assert_eq!(c.dims(), &[2, 4]);
+    let e = Tensor::cat(&[&c, &row], 1).unwrap_err().to_string();
+    assert!(e.contains("beyond its declared maximum 4"), "{e}");
+    assert!(
+        e.contains("tests/dynamic.rs"),
+        "the error names the caller: {e}"
+    );
+}
+
+#[test]
+fn merging_a_dynamic_axis_in_a_reshape_is_an_err() {
+    let d = dev();
+    let x = Tensor::zeros(&[3, 5, 4], DType::F32, &d)
+        .unwrap()
+        .mark_dynamic(1, 8)
+        .unwrap();
+    let e = x.reshape(&[15, 4]).unwrap_err().to_string();
+    assert!(e.contains("merge dynamic axis 1"), "{e}");
+    // Splitting or merging the static axes around it is exact.
+    let ok = x.reshape(&[3, 5, 2, 2]).unwrap();
+    assert_eq!(ok.dims(), &[3, 5, 2, 2]);
+    assert_eq!(ok.dynamic_axes(), vec![(1, 8)]);
+}
+
+#[test]
+fn host_reads_return_logical_elements() {
+    let d = dev();
+    let data: Vec<f32> = (0..6).map(|i| i as f32).collect();
+    let x = Tensor::from_slice(&data, &[2, 3], &d)
+        .unwrap()
+        .mark_dynamic(1, 16)
+        .unwrap();
+    assert_eq!(x.shape().dims(), &[2, 3]);
+    assert_eq!(x.numel(), 6);
+    assert_eq!(x.to_vec::<f32>().unwrap(), data);
+    let y = x.add_scalar(1.0).unwrap();
+    assert_eq!(y.to_host().unwrap().shape.dims(), &[2, 3]);
+    assert_eq!(x.sum_all().unwrap().item::<f32>().unwrap(), 15.0);
+}
