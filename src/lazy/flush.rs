@@ -12,7 +12,7 @@
 //! it dies, the next flush prunes it and it never runs.
 
 use super::graph::{GraphState, ThreadGraph};
-use super::predict::{site_of, Predictor, Site};
+use super::predict::{dynamic_site_of, site_of, Predictor, Site};
 use super::value::{TensorInner, TensorState};
 use crate::executor::{Input, Job, Latch, Slot};
 use crate::metrics::{self, FlushReason, COUNTERS as C};
@@ -121,7 +121,10 @@ impl ThreadGraph {
                 outputs.push((n, t));
                 continue;
             }
-            let site = site_of(graph.node(n));
+            let site = match t.logical.get() {
+                Some(l) => dynamic_site_of(graph.node(n), l.mask),
+                None => site_of(graph.node(n)),
+            };
             if p.leave_out(site) {
                 left_out.push(((n, t), site));
             } else {

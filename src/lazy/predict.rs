@@ -43,6 +43,19 @@ pub(crate) fn site_of(node: &Node) -> Site {
     node.hash ^ line.rotate_left(29).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
+/// The site of a node holding a value with dynamic axes (`mask`): its
+/// line, op, dtype and rank, but not its shapes, so what the program does
+/// with a value is learnt once for every capacity bucket, not per bucket.
+pub(crate) fn dynamic_site_of(node: &Node, mask: u32) -> Site {
+    use std::hash::{Hash, Hasher};
+    let mut h = lazyfuse_ir::stable_hasher();
+    (node.origin as *const _ as u64).hash(&mut h);
+    node.op.name().hash(&mut h);
+    node.dtype.hash(&mut h);
+    (node.shape.rank(), mask).hash(&mut h);
+    h.finish()
+}
+
 #[derive(Clone, Copy, Debug)]
 struct SiteStats {
     /// Unread drops in a row.

@@ -206,13 +206,16 @@ fn align(
     let vr = v.shape.rank() - skip;
     for j in 0..vr {
         let a = j + n - vr;
+        // A static size-1 axis always broadcasts (whatever the length it
+        // meets: the structure must not depend on a length being 1); a
+        // dynamic axis of the result's length, or a static one of its
+        // size, is padded to the capacity; a dynamic axis broadcast from
+        // length 1 is cut to 1.
         let want = match axes[a] {
-            // A size-1 operand axis broadcasts; one of the result's size
-            // is padded to the capacity.
-            Some((cap, _)) if v.len(j) == r.dims()[a] && !(v.cap(j) == 1 && r.dims()[a] == 1) => {
-                cap
-            }
-            _ => v.len(j),
+            Some((cap, _)) if v.is_dyn(j) && v.len(j) == r.dims()[a] => cap,
+            Some((cap, _)) if !v.is_dyn(j) && v.len(j) != 1 => cap,
+            _ if v.is_dyn(j) => v.len(j),
+            _ => v.cap(j),
         };
         t = pad_to(ctx, &t, j, want, j)?;
     }

@@ -1,10 +1,13 @@
 //! Automatic dynamic axes: what each recording site produced last time.
 //!
 //! A site is a source line and an op kind. When the same site produces a
-//! result whose size along an axis differs from its previous call (a `cat`
-//! that grows a cache, a prompt of a new length, a `narrow` at a new
-//! start), that change is exactly what would compile a new executable, so
-//! the axis (or the start) is marked dynamic for that site from then on.
+//! result whose size differs from its previous call along exactly one axis
+//! (a `cat` that grows a cache, a prompt of a new length, a batch of a new
+//! size), with a sync point in between (so the call is a new step of a
+//! loop, not the next weight of an initialiser), that change is exactly
+//! what would compile a new executable: the axis is marked dynamic for
+//! that site from then on. A `narrow` whose start changes the same way gets
+//! a run-time start.
 //! Marks are sticky, so decisions never oscillate. The table is per
 //! thread, so the decisions depend only on the program that thread ran,
 //! never on timing or on other threads.
@@ -35,6 +38,8 @@ pub(crate) enum Kind {
 struct Site {
     dims: Vec<usize>,
     start: usize,
+    /// The thread's sync-point clock at the previous call.
+    clock: u64,
     /// Axes marked dynamic.
     mask: u32,
     /// The start is marked run-time.
@@ -58,26 +63,36 @@ pub(crate) fn observe(
         return (0, false);
     }
     let key = (loc as *const Location<'static> as usize, kind);
+    let clock = crate::lazy::sync_points();
     SITES.with(|s| {
         let mut s = s.borrow_mut();
         let site = s.entry(key).or_insert_with(|| Site {
             dims: dims.to_vec(),
             start,
+            clock,
             ..Site::default()
         });
-        if site.dims.len() == dims.len() {
-            for (a, (&was, &now)) in site.dims.iter().zip(dims).enumerate() {
-                if was != now && a < 32 {
+        let new_step = site.clock != clock;
+        if new_step && site.dims.len() == dims.len() {
+            let mut changed = site
+                .dims
+                .iter()
+                .zip(dims)
+                .enumerate()
+                .filter(|(_, (w, n))| w != n);
+            if let (Some((a, _)), None) = (changed.next(), changed.next()) {
+                if a < 32 {
                     site.mask |= 1 << a;
                 }
             }
         }
-        if site.start != start {
+        if new_step && site.start != start {
             site.runtime_start = true;
         }
         site.dims.clear();
         site.dims.extend_from_slice(dims);
         site.start = start;
+        site.clock = clock;
         (site.mask, site.runtime_start)
     })
 }

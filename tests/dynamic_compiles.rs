@@ -1,0 +1,238 @@
+//! Dynamic dimensions stop recompiles: a decode loop with a `cat`-grown
+//! cache, prompts of new lengths and batches of new sizes compile nothing
+//! once their buckets are warm, and `mark_dynamic` compiles each executable
+//! once. Greedy tokens equal exact shapes and a full recompute at every
+//! step. Alone in its binary: compile counts are process-wide metrics.
+
+mod common;
+use common::{dev, metrics_lock};
+use lazyfuse::{metrics, set_auto_dynamic, Device, Result, Tensor};
+
+const VOCAB: usize = 32;
+const C: usize = 16;
+
+fn weights(dims: &[usize], seed: u64, d: &Device) -> Tensor {
+    let n: usize = dims.iter().product();
+    let mut r = lazyfuse::ir::SplitMix64::new(seed);
+    let v: Vec<f32> = (0..n)
+        .map(|_| ((r.next_u64() % 2001) as f32 / 1000.0 - 1.0) * 0.5)
+        .collect();
+    Tensor::from_slice(&v, dims, d).unwrap()
+}
+
+/// One attention layer over a cache grown with `cat`, written as users
+/// write it: no padding, lengths read from shapes.
+struct Decoder {
+    wte: Tensor,
+    wpe: Tensor,
+    wqkv: Tensor,
+    head: Tensor,
+}
+
+impl Decoder {
+    fn new(d: &Device) -> Decoder {
+        Decoder {
+            wte: weights(&[VOCAB, C], 1, d),
+            wpe: weights(&[128, C], 2, d),
+            wqkv: weights(&[C, 3 * C], 3, d),
+            head: weights(&[C, VOCAB], 4, d),
+        }
+    }
+
+    /// Logits of the last of `ids` (at positions `pos0..`), growing `cache`.
+    fn forward(
+        &self,
+        ids: &[i64],
+        pos0: usize,
+        cache: &mut Option<(Tensor, Tensor)>,
+    ) -> Result<Tensor> {
+        let d = self.wte.device().clone();
+        let t = ids.len();
+        let idx = Tensor::from_slice(ids, &[t], &d)?;
+        let x = self
+            .wte
+            .index_select(0, &idx)?
+            .add(&self.wpe.narrow(0, pos0, t)?)?;
+        let qkv = x.layer_norm(None, None, 1e-5)?.matmul(&self.wqkv)?;
+        let q = qkv.narrow(1, 0, C)?;
+        let (mut k, mut v) = (qkv.narrow(1, C, C)?, qkv.narrow(1, 2 * C, C)?);
+        if let Some((pk, pv)) = cache.as_ref() {
+            k = Tensor::cat(&[pk, &k], 0)?;
+            v = Tensor::cat(&[pv, &v], 0)?;
+        }
+        *cache = Some((k.clone(), v.clone()));
+        let s = k.dims()[0];
+        let mut att = q.matmul(&k.transpose(0, 1)?)?.mul_scalar(0.25)?;
+        if t > 1 {
+            let rows = Tensor::arange(0.0, t as f64, lazyfuse::DType::I32, &d)?
+                .add_scalar((s - t) as f64)?;
+            let cols = Tensor::arange(0.0, s as f64, lazyfuse::DType::I32, &d)?;
+            att = att.masked_fill(
+                &rows.unsqueeze(1)?.lt(&cols.unsqueeze(0)?)?,
+                f64::NEG_INFINITY,
+            )?;
+        }
+        let y = x.add(&att.softmax(-1)?.matmul(&v)?)?;
+        y.narrow(0, t - 1, 1)?.matmul(&self.head)
+    }
+
+    /// Greedy tokens after `prompt`, and the logits of every step.
+    fn generate(&self, prompt: &[i64], steps: usize) -> (Vec<i64>, Vec<Vec<f32>>) {
+        let mut cache = None;
+        let mut logits = self.forward(prompt, 0, &mut cache).unwrap();
+        let (mut toks, mut all) = (Vec::new(), Vec::new());
+        for i in 0..steps {
+            all.push(logits.to_vec::<f32>().unwrap());
+            let tok = logits.argmax(-1, false).unwrap().to_vec::<i64>().unwrap()[0];
+            toks.push(tok);
+            logits = self.forward(&[tok], prompt.len() + i, &mut cache).unwrap();
+        }
+        (toks, all)
+    }
+}
+
+fn prompt(len: usize) -> Vec<i64> {
+    (0..len).map(|j| ((3 * j + len) % VOCAB) as i64).collect()
+}
+
+fn compiles() -> u64 {
+    metrics::snapshot().compiles
+}
+
+#[test]
+fn a_decode_loop_compiles_nothing_once_its_buckets_are_warm() {
+    let _l = metrics_lock();
+    let d = dev();
+    let m = Decoder::new(&d);
+    // Warm-up: two prompts, the second of a new length (it marks the
+    // prompt and cache axes dynamic), 40 steps each.
+    m.generate(&prompt(5), 40);
+    m.generate(&prompt(7), 40);
+    let before = compiles();
+    let (toks, logits) = m.generate(&prompt(6), 40);
+    let warm = compiles() - before;
+    assert_eq!(
+        warm, 0,
+        "a third prompt and 40 decode steps compiled {warm} executables"
+    );
+
+    // The same tokens and logits on exact shapes (one compile per length).
+    set_auto_dynamic(false);
+    let (exact_toks, exact_logits) = m.generate(&prompt(6), 40);
+    // And a full recompute of the whole sequence at every step.
+    let mut seq = prompt(6);
+    for (i, &tok) in toks.iter().enumerate() {
+        let full = m
+            .forward(&seq, 0, &mut None)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+        for (a, b) in full.iter().zip(&logits[i]) {
+            assert!(
+                (a - b).abs() <= 1e-5 * (1.0 + a.abs()),
+                "step {i}: {a} vs {b}"
+            );
+        }
+        seq.push(tok);
+    }
+    set_auto_dynamic(true);
+    assert_eq!(toks, exact_toks, "greedy tokens equal exact shapes");
+    for (a, b) in logits.iter().flatten().zip(exact_logits.iter().flatten()) {
+        assert!((a - b).abs() <= 1e-5 * (1.0 + a.abs()), "{a} vs {b}");
+    }
+}
+
+#[test]
+fn batch_sizes_compile_once_per_bucket() {
+    let _l = metrics_lock();
+    let d = dev();
+    let w1 = weights(&[8, 32], 5, &d);
+    let w2 = weights(&[32, 4], 6, &d);
+    let run = |b: usize| -> Vec<f32> {
+        let x = weights(&[b, 8], 10 + b as u64, &d).to_vec::<f32>().unwrap();
+        let x = Tensor::from_slice(&x, &[b, 8], &d).unwrap();
+        let h = x.matmul(&w1).unwrap().relu().unwrap();
+        let y = h.matmul(&w2).unwrap().log_softmax(-1).unwrap();
+        let loss = y.mean_all().unwrap();
+        let mut out = y.to_vec::<f32>().unwrap();
+        out.push(loss.item::<f32>().unwrap());
+        out
+    };
+    // The first size a site sees compiles exact shapes (nothing is dynamic
+    // yet); from the second size on, each size runs its bucket's
+    // executables. So a second pass compiles at most the bucketed form of
+    // the first size (one step's executables), and a third pass nothing.
+    let c0 = compiles();
+    let first: Vec<Vec<f32>> = (1..=24).map(run).collect();
+    let c1 = compiles();
+    assert!(
+        c1 - c0 <= 7 * 3,
+        "24 sizes compiled {} executables: about 3 per bucket",
+        c1 - c0
+    );
+    let second: Vec<Vec<f32>> = (1..=24).map(run).collect();
+    let c2 = compiles();
+    let before = c2;
+    let third: Vec<Vec<f32>> = (1..=24).map(run).collect();
+    assert_eq!(compiles() - before, 0, "batch sizes 1..=24 compiled again");
+    assert!(
+        c2 - c1 <= 3,
+        "the second pass compiled {} executables",
+        c2 - c1
+    );
+    assert_eq!(first, second);
+    assert_eq!(second, third);
+    set_auto_dynamic(false);
+    let exact: Vec<Vec<f32>> = (1..=24).map(run).collect();
+    set_auto_dynamic(true);
+    for (b, (e, g)) in exact.iter().zip(&second).enumerate() {
+        for (x, y) in e.iter().zip(g) {
+            assert!(
+                (x - y).abs() <= 1e-5 * (1.0 + x.abs()),
+                "batch {}: {x} vs {y}",
+                b + 1
+            );
+        }
+    }
+}
+
+#[test]
+fn mark_dynamic_compiles_each_executable_once() {
+    let _l = metrics_lock();
+    let d = dev();
+    let q = weights(&[8, 1], 7, &d);
+    let empty = Tensor::zeros(&[0, 8], lazyfuse::DType::F32, &d).unwrap();
+    let mut cache = empty.mark_dynamic(0, 64).unwrap();
+    cache.realize().unwrap(); // the padded empty cache, computed on its own
+    let before = metrics::snapshot();
+    let mut after_first = 0;
+    for step in 0..64u64 {
+        let row = weights(&[1, 8], 100 + step, &d);
+        cache = Tensor::cat(&[&cache, &row], 0).unwrap();
+        let y = cache
+            .matmul(&q)
+            .unwrap()
+            .softmax(0)
+            .unwrap()
+            .sum_all()
+            .unwrap();
+        assert!((y.item::<f32>().unwrap() - 1.0).abs() < 1e-5);
+        if step == 0 {
+            after_first = compiles();
+        }
+    }
+    let after = metrics::snapshot();
+    assert!(after_first > before.compiles, "the first step compiles");
+    assert_eq!(after.compiles, after_first, "steps 2..64 compile nothing");
+    assert_eq!(
+        after.recompiles(),
+        before.recompiles(),
+        "no executable compiled twice"
+    );
+    assert_eq!(cache.dynamic_axes(), vec![(0, 64)]);
+    let row = weights(&[1, 8], 1, &d);
+    assert!(
+        Tensor::cat(&[&cache, &row], 0).is_err(),
+        "a 65th row is beyond the maximum"
+    );
+}
