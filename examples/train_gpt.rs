@@ -17,7 +17,7 @@ mod progress;
 #[path = "support/rng.rs"]
 mod rng;
 
-use lazyfuse::nn::{Block, Embedding, LayerNorm, Linear, Module, Param};
+use lazyfuse::nn::{Block, Embedding, KvCache, LayerNorm, Linear, Module, Param};
 use lazyfuse::optim::{params_of, AdamW, Optimizer};
 use lazyfuse::{metrics, no_grad, DType, Device, Result, Tensor};
 use progress::Progress;
@@ -143,6 +143,19 @@ impl Gpt {
         self.head.forward(&self.ln_f.forward(&x)?)
     }
 
+    /// Logits `[B, T, vocab]` for ids `[B, T]` at positions `cache.len()..`,
+    /// appending their keys and values to `cache` (incremental decoding).
+    fn logits_cached(&self, ids: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
+        let (t, p) = (ids.dims()[1], cache.len());
+        let positions: Vec<i64> = (p as i64..(p + t) as i64).collect();
+        let pos = Tensor::from_slice(&positions, &[t], ids.device())?;
+        let mut x = self.wte.forward(ids)?.add(&self.wpe.forward(&pos)?)?;
+        for (b, layer) in self.blocks.iter().zip(cache.layers.iter_mut()) {
+            x = b.forward_cached(&x, layer)?;
+        }
+        self.head.forward(&self.ln_f.forward(&x)?)
+    }
+
     fn params(&self) -> Vec<(String, Param)> {
         let mut v = Vec::new();
         self.wte.visit_params("wte", &mut v);
@@ -177,10 +190,11 @@ fn mean_loss(m: &Gpt, data: &[i64], c: &Config, rng: &mut Rng, dev: &Device) -> 
     Ok(total / 8.0)
 }
 
-/// Samples `n` characters after `prompt`, always feeding a full window of
-/// `block` ids so every call has the same shape (and compiles once). The
-/// window starts as `context` (real text ending in a newline, so the model
-/// sees the kind of input it was trained on) followed by the prompt.
+/// Samples `n` characters after `prompt` with a KV cache: one prefill of
+/// the last half window of `context` + prompt, then one id per step. When
+/// the cache reaches the model's `block` positions, it starts again from
+/// the last half window. The cache grows by `cat`, so the loop compiles one
+/// executable per capacity bucket, not one per step.
 fn sample(
     m: &Gpt,
     (context, prompt): (&[i64], &str),
@@ -194,14 +208,19 @@ fn sample(
     ids.extend(prompt.chars().map(id_of));
     let mut rng = Rng(2024);
     let mut out = String::from(prompt);
+    let mut cache = KvCache::new(m.blocks.len());
+    let mut feed: Vec<i64> = ids[ids.len().saturating_sub(c.block / 2)..].to_vec();
     for _ in 0..n {
-        let mut window = vec![id_of('\n'); c.block];
-        let k = ids.len().min(c.block);
-        window[c.block - k..].copy_from_slice(&ids[ids.len() - k..]);
-        let x = Tensor::from_slice(&window, &[1, c.block], dev)?;
+        if cache.len() + feed.len() > c.block {
+            cache = KvCache::new(m.blocks.len());
+            feed = ids[ids.len().saturating_sub(c.block / 2)..].to_vec();
+        }
+        let x = Tensor::from_slice(&feed, &[1, feed.len()], dev)?;
         let probs = no_grad(|| {
-            m.logits(&x)?
-                .narrow(1, c.block - 1, 1)?
+            let logits = m.logits_cached(&x, &mut cache)?;
+            let t = logits.dims()[1];
+            logits
+                .narrow(1, t - 1, 1)?
                 .mul_scalar(1.0 / 0.8)?
                 .softmax(-1)
         })?;
@@ -214,6 +233,7 @@ fn sample(
         let next = next.unwrap_or(p.len() - 1);
         ids.push(next as i64);
         out.push(chars[next]);
+        feed = vec![next as i64];
     }
     Ok(out)
 }
@@ -293,11 +313,19 @@ fn main() -> Result<()> {
         .unwrap_or(val.len() - 1)
         + 1;
     let context = &val[end.saturating_sub(c.block)..end];
-    for prompt in ["the ", "three plus ", "twenty minus ", "the clever "] {
+    let (before, t0) = (metrics::snapshot(), std::time::Instant::now());
+    let prompts = ["the ", "three plus ", "twenty minus ", "the clever "];
+    for prompt in prompts {
         let s = sample(&model, (context, prompt), 60, &chars, &c, &dev)?;
         println!("  {}", s.lines().next().unwrap_or(""));
     }
-    let m = metrics::snapshot();
+    let (secs, m) = (t0.elapsed().as_secs_f64(), metrics::snapshot());
+    println!(
+        "sampling: {} tokens in {secs:.2} s ({:.0} tokens/s), {} compiles",
+        60 * prompts.len(),
+        (60 * prompts.len()) as f64 / secs,
+        m.compiles - before.compiles
+    );
     println!(
         "summary: {steps} steps in {train_time:.1} s ({rate:.2} steps/s), validation loss {initial_val:.3} -> {final_val:.3} (uniform: {:.3}), {} compiles, {} cache hits",
         (chars.len() as f64).ln(),

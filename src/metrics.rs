@@ -152,6 +152,9 @@ counters!(
     /// Flushes whose plan was replayed from an earlier flush with the same
     /// graph structure instead of planned again.
     plans_reused,
+    /// Axes (and `narrow` starts) a recording site marked dynamic because
+    /// its result changed size from one step to the next.
+    dynamic_marks,
 );
 
 impl Snapshot {
@@ -431,6 +434,11 @@ fn keep_output_event(e: String) {
 /// Notes a live tensor left out of a flush (`what`: op, type, recording line).
 pub(crate) fn left_out(what: String) {
     keep_output_event(format!("left out (dropped unread before): {what}"));
+}
+
+/// Notes an axis marked dynamic (`what`: op, axis, sizes, recording line).
+pub(crate) fn dynamic_marked(what: String) {
+    keep_output_event(format!("dynamic: {what}"));
 }
 
 /// Notes a left-out tensor computed after all.

@@ -11,6 +11,8 @@ use lazyfuse::{metrics, set_max_executables, Tensor};
 #[test]
 fn distinct_shapes_beyond_the_cap_evict_and_recompile() {
     set_max_executables(8);
+    // Distinct shapes, not buckets of one dynamic length: every n compiles.
+    lazyfuse::set_auto_dynamic(false);
     let dev = common::dev();
     let run = |n: usize| -> Vec<f32> {
         let x = Tensor::arange(0.0, n as f64, lazyfuse::DType::F32, &dev).unwrap();

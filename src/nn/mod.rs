@@ -8,10 +8,12 @@
 
 mod attention;
 mod io;
+mod kv;
 mod layers;
 
 pub use attention::{Block, CausalSelfAttention};
 pub use io::{load, load_tensors, save, save_tensors};
+pub use kv::{KvCache, LayerCache};
 pub use layers::{Conv2d, Dropout, Embedding, LayerNorm, Linear};
 
 use crate::{Error, Result, Tensor};

@@ -103,19 +103,41 @@ pub(crate) fn apply(
         | Op::RandomUniform { .. }
         | Op::DynamicSlice { .. }
         | Op::DynamicUpdateSlice { .. } => {
-            let d: Vec<String> = (0..os.len())
-                .filter_map(|k| match &os[k] {
-                    O::V(v) => Some(format!("{}{}", v.dtype(), v.shape)),
-                    O::S(..) => None,
-                })
-                .collect();
-            return Err(ctx.err(
-                "is not supported on tensors with dynamic axes",
-                d.join(", "),
-            ));
+            let mut args: SmallVec<[P; 3]> = SmallVec::new();
+            for o in &os {
+                args.push(match o {
+                    O::V(v) => P::T(exact(&ctx, v, "this op")?.t),
+                    O::S(l, d) => P::S(*l, *d),
+                });
+            }
+            let t = ctx.rec(op.clone(), &args)?;
+            V::of(&Tensor(t))
         }
     };
     Ok(out.into_tensor())
+}
+
+/// `v` with its padding cut off: exact shapes, compiled per length as
+/// without dynamic dimensions. The way out for what cannot be made exact
+/// on padded values, taken only for axes that became dynamic by
+/// themselves: an axis declared with [`Tensor::mark_dynamic`] is a
+/// promise not to recompile, so breaking it is an `Err` naming `what`.
+fn exact(ctx: &Ctx<'_>, v: &V, what: &str) -> Result<V> {
+    if let Some(a) = (0..v.shape.rank()).find(|&a| v.is_dyn(a) && v.limit.dims()[a] > 0) {
+        return Err(ctx.err(
+            format!(
+                "{what} cannot be made exact on dynamic axis {a} (length {}, capacity {}, declared by mark_dynamic); keep the dynamic axis as its own axis",
+                v.len(a),
+                v.cap(a)
+            ),
+            format!("{}{}", v.dtype(), v.shape),
+        ));
+    }
+    let mut t = v.t.clone();
+    for a in 0..v.shape.rank() {
+        t = pad_to(ctx, &t, a, v.len(a), a)?;
+    }
+    Ok(V::of(&Tensor(t)))
 }
 
 /// A creation op (`full`, `arange`) at a site whose result axes `mask`
@@ -431,13 +453,10 @@ fn reshape(ctx: &Ctx<'_>, x: &V, r: &Shape) -> Result<V> {
             after_in == after_out
         });
         let Some(e) = e.filter(|_| ok) else {
-            return Err(ctx.err(
-                format!(
-                    "this reshape would merge dynamic axis {d} (length {len}, capacity {}) with other axes, which cannot be exact; keep the dynamic axis as its own axis",
-                    x.cap(d)
-                ),
-                format!("{}{}", x.dtype(), x.shape),
-            ));
+            let what = format!("a reshape merging dynamic axis {d} with other axes");
+            let x = exact(ctx, x, &what)?;
+            let t = ctx.rec(Op::Reshape(r.clone()), &[P::T(x.t)])?;
+            return Ok(V::of(&Tensor(t)));
         };
         phys.0[e] = x.cap(d);
         mask |= 1 << e;

@@ -1,13 +1,12 @@
 //! Automatic dynamic axes: what each recording site produced last time.
 //!
-//! A site is a source line and an op kind. When the same site produces a
-//! result whose size differs from its previous call along exactly one axis
-//! (a `cat` that grows a cache, a prompt of a new length, a batch of a new
-//! size), with a sync point in between (so the call is a new step of a
-//! loop, not the next weight of an initialiser), that change is exactly
-//! what would compile a new executable: the axis is marked dynamic for
-//! that site from then on. A `narrow` whose start changes the same way gets
-//! a run-time start.
+//! A site is a source line and an op kind. When a site's call produces a
+//! result whose size differs along exactly one axis from the same call one
+//! step earlier (a `cat` that grows a cache, a prompt of a new length, a
+//! batch of a new size; a step is what runs between two sync points), that
+//! change is exactly what would compile a new executable: the axis is
+//! marked dynamic for that site from then on. A `narrow` whose start
+//! changes the same way gets a run-time start.
 //! Marks are sticky, so decisions never oscillate. The table is per
 //! thread, so the decisions depend only on the program that thread ran,
 //! never on timing or on other threads.
@@ -34,11 +33,17 @@ pub(crate) enum Kind {
     Broadcast,
 }
 
+/// Calls remembered per site and step (a site called more often than this
+/// in one step compares only its first calls).
+const CALLS_PER_STEP: usize = 64;
+
 #[derive(Default)]
 struct Site {
-    dims: Vec<usize>,
-    start: usize,
-    /// The thread's sync-point clock at the previous call.
+    /// Result dims and start of each call in the previous step.
+    prev: Vec<(Vec<usize>, usize)>,
+    /// The same for the current step.
+    cur: Vec<(Vec<usize>, usize)>,
+    /// The sync-point clock of the current step.
     clock: u64,
     /// Axes marked dynamic.
     mask: u32,
@@ -52,7 +57,12 @@ thread_local! {
 
 /// What a site has learnt, after seeing this call's result `dims` (and
 /// slice `start`): the dynamic axes and whether the start is run-time.
-/// Off (nothing dynamic) with `LAZYFUSE_AUTO_DYNAMIC=0`.
+/// The k-th call of a site in a step (the calls between two sync points)
+/// is compared with its k-th call in the previous step in which it ran, so
+/// one helper called at several sizes within every step (a convolution's
+/// slices, an initialiser's uploads) stays static, while a value that
+/// grows from step to step becomes dynamic. Off (nothing dynamic) with
+/// `LAZYFUSE_AUTO_DYNAMIC=0` or [`crate::set_auto_dynamic`]`(false)`.
 pub(crate) fn observe(
     loc: &'static Location<'static>,
     kind: Kind,
@@ -66,33 +76,44 @@ pub(crate) fn observe(
     let clock = crate::lazy::sync_points();
     SITES.with(|s| {
         let mut s = s.borrow_mut();
-        let site = s.entry(key).or_insert_with(|| Site {
-            dims: dims.to_vec(),
-            start,
-            clock,
-            ..Site::default()
-        });
-        let new_step = site.clock != clock;
-        if new_step && site.dims.len() == dims.len() {
-            let mut changed = site
-                .dims
-                .iter()
-                .zip(dims)
-                .enumerate()
-                .filter(|(_, (w, n))| w != n);
-            if let (Some((a, _)), None) = (changed.next(), changed.next()) {
-                if a < 32 {
-                    site.mask |= 1 << a;
+        let site = s.entry(key).or_default();
+        if site.clock != clock {
+            if !site.cur.is_empty() {
+                site.prev = std::mem::take(&mut site.cur);
+            }
+            site.clock = clock;
+        }
+        let k = site.cur.len();
+        if let Some((was, was_start)) = site.prev.get(k) {
+            let mut marked = None;
+            if was.len() == dims.len() {
+                let mut changed = was
+                    .iter()
+                    .zip(dims)
+                    .enumerate()
+                    .filter(|(_, (w, n))| w != n);
+                if let (Some((a, _)), None) = (changed.next(), changed.next()) {
+                    if a < 32 && site.mask & (1 << a) == 0 {
+                        site.mask |= 1 << a;
+                        marked = Some(format!("axis {a} of {kind:?} ({} -> {})", was[a], dims[a]));
+                    }
+                }
+            }
+            if *was_start != start && !site.runtime_start {
+                site.runtime_start = true;
+                marked = Some(format!("start of {kind:?} ({was_start} -> {start})"));
+            }
+            if let Some(what) = marked {
+                crate::metrics::add(&crate::metrics::COUNTERS.dynamic_marks, 1);
+                if crate::metrics::explaining() {
+                    let at = format!("{}:{}", loc.file(), loc.line());
+                    crate::metrics::dynamic_marked(format!("{what} at {at}"));
                 }
             }
         }
-        if new_step && site.start != start {
-            site.runtime_start = true;
+        if k < CALLS_PER_STEP {
+            site.cur.push((dims.to_vec(), start));
         }
-        site.dims.clear();
-        site.dims.extend_from_slice(dims);
-        site.start = start;
-        site.clock = clock;
         (site.mask, site.runtime_start)
     })
 }
