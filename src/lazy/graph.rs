@@ -66,13 +66,15 @@ thread_local! {
     static SYNC_POINTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-/// Counts a sync point of this thread (a read, a realize, a `sync()`).
+/// Counts a step boundary of this thread: a host read or a `sync()`/
+/// `flush()` (not a `realize()`: initialisers realize each parameter, and
+/// must not look like the steps of a loop).
 pub(crate) fn count_sync_point() {
     SYNC_POINTS.with(|c| c.set(c.get() + 1));
 }
 
-/// How many sync points this thread has reached: a program-order clock
-/// (never timing), which tells one step of a loop from the next.
+/// How many step boundaries this thread has reached: a program-order
+/// clock (never timing), which tells one step of a loop from the next.
 pub(crate) fn sync_points() -> u64 {
     SYNC_POINTS.with(|c| c.get())
 }
@@ -102,7 +104,9 @@ fn with_thread_graph<R>(device: &Device, f: impl FnOnce(&Arc<ThreadGraph>) -> R)
 /// Flushes every graph this thread has pending (without waiting) and
 /// returns the latches of the jobs it queued.
 pub(crate) fn sync_thread(reason: FlushReason) -> Vec<Arc<Latch>> {
-    count_sync_point();
+    if matches!(reason, FlushReason::Sync) {
+        count_sync_point();
+    }
     let graphs: Vec<Arc<ThreadGraph>> = GRAPHS.with(|c| c.borrow().clone());
     graphs.iter().filter_map(|g| g.flush(reason)).collect()
 }

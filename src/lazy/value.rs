@@ -154,7 +154,9 @@ impl TensorInner {
     /// its device buffer.
     pub(crate) fn materialize(self: &Arc<Self>, reason: FlushReason) -> Result<Arc<DeviceBuffer>> {
         self.mark_used();
-        super::graph::count_sync_point();
+        if matches!(reason, FlushReason::Read) {
+            super::graph::count_sync_point();
+        }
         loop {
             let st = self.state.lock();
             match &*st {

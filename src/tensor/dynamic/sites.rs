@@ -3,7 +3,8 @@
 //! A site is a source line and an op kind. When a site's call produces a
 //! result whose size differs along exactly one axis from the same call one
 //! step earlier (a `cat` that grows a cache, a prompt of a new length, a
-//! batch of a new size; a step is what runs between two sync points), that
+//! batch of a new size; a step is what runs between two host reads or
+//! `sync()` calls; `realize()` does not end one), that
 //! change is exactly what would compile a new executable: the axis is
 //! marked dynamic for that site from then on. A `narrow` whose start
 //! changes the same way gets a run-time start.
