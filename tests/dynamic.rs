@@ -209,7 +209,44 @@ fn cat_grown_cache_matches_exact_shapes() {
     assert_close("attention over the grown cache", &dynamic, &exact, 2e-6);
 }
 
+/// `nn::Block::forward_cached`, fed one position at a time after a prefill,
+/// gives what the full causal forward gives at every position.
+fn cached_block_decoding_matches_the_full_forward() {
+    use lazyfuse::nn::{Block, LayerCache, Module};
+    let d = dev();
+    let block = Block::new(16, 4, 0.0, 5, &d).unwrap();
+    let (b, total, prefill) = (2, 21, 5);
+    let data = values(b * total * 16, 3);
+    let x = Tensor::from_slice(&data, &[b, total, 16], &d).unwrap();
+    let full = block.forward(&x).unwrap().to_vec::<f32>().unwrap();
+    let mut cache = LayerCache::new();
+    let mut at = 0;
+    while at < total {
+        let n = if at == 0 { prefill } else { 1 };
+        let y = block
+            .forward_cached(&x.narrow(1, at, n).unwrap(), &mut cache)
+            .unwrap();
+        let got = y.to_vec::<f32>().unwrap();
+        for bi in 0..b {
+            for t in 0..n {
+                for c in 0..16 {
+                    let want = full[(bi * total + at + t) * 16 + c];
+                    let g = got[(bi * n + t) * 16 + c];
+                    assert!(
+                        (g - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                        "position {}: {g} vs {want}",
+                        at + t
+                    );
+                }
+            }
+        }
+        at += n;
+        assert_eq!(cache.len(), at);
+    }
+}
+
 test_device!(
+    cached_block_decoding_matches_the_full_forward,
     masked_ops_match_exact_shapes,
     poisoned_padding_changes_nothing,
     gradients_match_exact_shapes,

@@ -123,6 +123,28 @@ op_family!(
     ReduceOp { Sum => "sum", Mean => "mean", Max => "max", Min => "min" }
 );
 
+impl ReduceOp {
+    /// The identity element of the reduction in `dt` (what an empty
+    /// reduction gives, and what padding becomes before one): 0 for sums,
+    /// the lowest value for `max`, the highest for `min`.
+    pub fn identity(self, dt: DType) -> Literal {
+        match (self, dt) {
+            (ReduceOp::Sum | ReduceOp::Mean, DType::Bool) => Literal::Bool(false),
+            (ReduceOp::Sum | ReduceOp::Mean, _) => Literal::Int(0),
+            (ReduceOp::Max, d) if d.is_float() => Literal::Float(f64::NEG_INFINITY),
+            (ReduceOp::Min, d) if d.is_float() => Literal::Float(f64::INFINITY),
+            (ReduceOp::Max, DType::I32) => Literal::Int(i32::MIN as i64),
+            (ReduceOp::Min, DType::I32) => Literal::Int(i32::MAX as i64),
+            (ReduceOp::Max, DType::I64) => Literal::Int(i64::MIN),
+            (ReduceOp::Min, DType::I64) => Literal::Int(i64::MAX),
+            (ReduceOp::Max, DType::Bool) => Literal::Bool(false),
+            (ReduceOp::Min, DType::Bool) => Literal::Bool(true),
+            (ReduceOp::Max, _) => Literal::Int(0),
+            (ReduceOp::Min, _) => Literal::Int(255),
+        }
+    }
+}
+
 /// One node's operation. The set is closed: lowering and the interpreter match
 /// on it exhaustively, so adding an op is a compile error everywhere it matters.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -6,21 +6,6 @@ use super::emit::{compare_attr, i64_array, ty, Emitter};
 use lazyfuse_ir::{CmpOp, DType, Literal, NodeId, ReduceOp, Shape};
 use std::fmt::Write;
 
-/// The identity element of a reduction.
-fn reduce_init(op: ReduceOp, dt: DType) -> Literal {
-    match (op, dt) {
-        (ReduceOp::Sum | ReduceOp::Mean, _) => Literal::Int(0),
-        (ReduceOp::Max, d) if d.is_float() => Literal::Float(f64::NEG_INFINITY),
-        (ReduceOp::Min, d) if d.is_float() => Literal::Float(f64::INFINITY),
-        (ReduceOp::Max, DType::I32) => Literal::Int(i32::MIN as i64),
-        (ReduceOp::Min, DType::I32) => Literal::Int(i32::MAX as i64),
-        (ReduceOp::Max, DType::I64) => Literal::Int(i64::MIN),
-        (ReduceOp::Min, DType::I64) => Literal::Int(i64::MAX),
-        (ReduceOp::Max, _) => Literal::Int(0),
-        (ReduceOp::Min, _) => Literal::Int(255),
-    }
-}
-
 /// Reduction `op` of `x` (shape `in_shape`, dtype `dt`) over `axes`, as one
 /// `stablehlo.reduce` (f32 accumulation for half-precision sums, a division
 /// for `mean`, a reshape to `out_shape` for `keepdim`).
@@ -47,7 +32,7 @@ pub(super) fn reduce(
         };
     let xin = e.convert(x, in_shape, dt, acc);
     let flat = lazyfuse_ir::reduced_shape(in_shape, axes, false);
-    let init = e.constant(reduce_init(op, acc), &Shape::scalar(), acc);
+    let init = e.constant(op.identity(acc), &Shape::scalar(), acc);
     let body = match op {
         ReduceOp::Sum | ReduceOp::Mean => "stablehlo.add",
         ReduceOp::Max => "stablehlo.maximum",
@@ -108,7 +93,7 @@ pub(super) fn argmax(
         &format!("iota_dimension = {axis} : i64"),
         &ty(in_shape, DType::I64),
     );
-    let init_v = e.constant(reduce_init(ReduceOp::Max, dt), &Shape::scalar(), dt);
+    let init_v = e.constant(ReduceOp::Max.identity(dt), &Shape::scalar(), dt);
     let init_i = e.constant(Literal::Int(0), &Shape::scalar(), DType::I64);
     let r = e.fresh();
     let sv = ty(&Shape::scalar(), dt);

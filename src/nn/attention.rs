@@ -55,10 +55,10 @@ impl CausalSelfAttention {
     }
 }
 
-impl Module for CausalSelfAttention {
-    /// `x`: `[B, T, C]` to `[B, T, C]`.
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        check_btc("CausalSelfAttention::forward", x)?;
+impl CausalSelfAttention {
+    /// Queries, keys and values of `x` (`[B, T, C]`), each `[B, heads, T,
+    /// head_dim]` (shared by the full and the cached forward).
+    pub(super) fn heads(&self, x: &Tensor) -> Result<[Tensor; 3]> {
         let (b, t, c) = (x.dims()[0], x.dims()[1], x.dims()[2]);
         let (h, hd) = (self.n_head, c / self.n_head);
         let qkv = self.c_attn.forward(x)?;
@@ -67,7 +67,17 @@ impl Module for CausalSelfAttention {
                 .reshape(&[b, t, h, hd])?
                 .permute(&[0, 2, 1, 3])
         };
-        let (q, k, v) = (head(0)?, head(1)?, head(2)?);
+        Ok([head(0)?, head(1)?, head(2)?])
+    }
+}
+
+impl Module for CausalSelfAttention {
+    /// `x`: `[B, T, C]` to `[B, T, C]`.
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        check_btc("CausalSelfAttention::forward", x)?;
+        let (b, t, c) = (x.dims()[0], x.dims()[1], x.dims()[2]);
+        let hd = c / self.n_head;
+        let [q, k, v] = self.heads(x)?;
         let att = q
             .matmul(&k.transpose(-1, -2)?)?
             .mul_scalar(1.0 / (hd as f64).sqrt())?;

@@ -80,14 +80,8 @@ impl CausalSelfAttention {
             ));
         }
         let (b, t, c) = (x.dims()[0], x.dims()[1], x.dims()[2]);
-        let (h, hd) = (self.n_head, c / self.n_head);
-        let qkv = self.c_attn.forward(x)?;
-        let head = |i: usize| {
-            qkv.narrow(-1, i * c, c)?
-                .reshape(&[b, t, h, hd])?
-                .permute(&[0, 2, 1, 3])
-        };
-        let (q, mut k, mut v) = (head(0)?, head(1)?, head(2)?);
+        let hd = c / self.n_head;
+        let [q, mut k, mut v] = self.heads(x)?;
         if let Some((pk, pv)) = &cache.kv {
             k = Tensor::cat(&[pk, &k], 2)?;
             v = Tensor::cat(&[pv, &v], 2)?;

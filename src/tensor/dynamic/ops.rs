@@ -304,24 +304,6 @@ fn broadcast(ctx: &Ctx<'_>, x: &V, r: &Shape, site: u32) -> Result<V> {
     Ok(result(t, r, &axes))
 }
 
-/// The identity of a reduction (what padding becomes before it).
-fn identity(op: ReduceOp, dt: DType) -> Literal {
-    match (op, dt) {
-        (ReduceOp::Sum | ReduceOp::Mean, DType::Bool) => Literal::Bool(false),
-        (ReduceOp::Sum | ReduceOp::Mean, _) => Literal::Int(0),
-        (ReduceOp::Max, d) if d.is_float() => Literal::Float(f64::NEG_INFINITY),
-        (ReduceOp::Min, d) if d.is_float() => Literal::Float(f64::INFINITY),
-        (ReduceOp::Max, DType::I32) => Literal::Int(i32::MIN as i64),
-        (ReduceOp::Min, DType::I32) => Literal::Int(i32::MAX as i64),
-        (ReduceOp::Max, DType::I64) => Literal::Int(i64::MIN),
-        (ReduceOp::Min, DType::I64) => Literal::Int(i64::MAX),
-        (ReduceOp::Max, DType::Bool) => Literal::Bool(false),
-        (ReduceOp::Min, DType::Bool) => Literal::Bool(true),
-        (ReduceOp::Max, _) => Literal::Int(0),
-        (ReduceOp::Min, _) => Literal::Int(255),
-    }
-}
-
 /// The view left after removing (or keeping as 1) the reduced `axes`.
 fn reduced_view(
     x: &V,
@@ -367,7 +349,7 @@ fn reduce(
     let mut t = x.t.clone();
     for &a in axes {
         if x.is_dyn(a) {
-            t = mask(ctx, &t, a, x.len(a), identity(op, dt))?;
+            t = mask(ctx, &t, a, x.len(a), op.identity(dt))?;
         }
     }
     let axes_v: lazyfuse_ir::Axes = axes.iter().copied().collect();
