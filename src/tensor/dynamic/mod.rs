@@ -26,6 +26,7 @@
 mod ops;
 mod pad;
 pub(crate) mod sites;
+mod slice;
 
 pub(crate) use ops::{apply, nullary};
 pub(crate) use pad::{pad_host, unpad_host};

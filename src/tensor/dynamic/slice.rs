@@ -1,0 +1,126 @@
+//! `narrow` and `cat` on dynamic axes: slices at run-time starts, and
+//! growth by writing into a capacity buffer.
+
+use super::ops::result;
+use super::pad::pad_to;
+use super::{bucket, dim, Ctx, P, V};
+use crate::Result;
+use lazyfuse_ir::{Op, Shape};
+
+/// `narrow`: a `dynamic_slice` at a run-time start on a dynamic axis or
+/// at a site whose start changes; a result length that changes at this
+/// site is itself dynamic (the operand is padded by that capacity first,
+/// so the slice never runs off the end, where XLA would clamp the start).
+pub(super) fn narrow(
+    ctx: &Ctx<'_>,
+    x: &V,
+    axis: usize,
+    start: usize,
+    len: usize,
+    site: (u32, bool),
+) -> Result<V> {
+    let dyn_len = site.0 & (1 << axis) != 0;
+    let runtime = x.is_dyn(axis) || site.1 || dyn_len;
+    let mut shape = x.shape.clone();
+    shape.0[axis] = len;
+    let mut out = V {
+        t: x.t.clone(),
+        shape,
+        mask: x.mask & !(1 << axis),
+        limit: x.limit.clone(),
+    };
+    out.limit.0[axis] = 0;
+    if !runtime {
+        out.t = ctx.rec(Op::Slice { axis, start, len }, &[P::T(x.t.clone())])?;
+        return Ok(out);
+    }
+    let size = if dyn_len { bucket(len) } else { len };
+    let mut t = x.t.clone();
+    if dyn_len {
+        let grown = x.cap(axis) + size;
+        t = pad_to(ctx, &t, axis, grown, axis)?;
+        out.mask |= 1 << axis;
+    }
+    out.t = ctx.rec(Op::DynamicSlice { axis, len: size }, &[P::T(t), dim(start)])?;
+    Ok(out)
+}
+
+/// `cat`: operands aligned on the other axes; along a dynamic axis (or a
+/// site whose result length changes), later operands are written into the
+/// first one's buffer at their run-time offsets.
+pub(super) fn cat(ctx: &Ctx<'_>, vs: &[&V], axis: usize, r: &Shape, site: u32) -> Result<V> {
+    let n = r.rank();
+    let mut axes: Vec<Option<(usize, usize)>> = (0..n)
+        .map(|a| {
+            let dynamic: Vec<&&V> = vs.iter().filter(|v| v.is_dyn(a)).collect();
+            if dynamic.is_empty() {
+                return None;
+            }
+            let cap = dynamic.iter().map(|v| v.cap(a)).max().unwrap_or(0);
+            let lim = dynamic
+                .iter()
+                .map(|v| v.limit.dims()[a])
+                .find(|&l| l > 0)
+                .unwrap_or(0);
+            Some((cap, lim))
+        })
+        .collect();
+    let along = axes[axis].is_some() || site & (1 << axis) != 0;
+    let mut parts = Vec::with_capacity(vs.len());
+    for v in vs {
+        let mut t = v.t.clone();
+        for (a, ax) in axes.iter().enumerate() {
+            if a != axis {
+                t = pad_to(ctx, &t, a, ax.map_or(v.len(a), |(c, _)| c), a)?;
+            } else if !along {
+                t = pad_to(ctx, &t, a, v.len(a), a)?;
+            }
+        }
+        parts.push(t);
+    }
+    if !along {
+        let args: Vec<P> = parts.into_iter().map(P::T).collect();
+        let t = ctx.rec(Op::Concat { axis }, &args)?;
+        return Ok(result(t, r, &axes));
+    }
+    let total = r.dims()[axis];
+    let limit = axes[axis].map_or(0, |(_, l)| l);
+    let first_cap = parts[0].shape.dims()[axis];
+    let cap = if vs[0].is_dyn(axis) && first_cap >= total {
+        first_cap
+    } else if limit > 0 {
+        if total > limit {
+            let d: Vec<String> = vs
+                .iter()
+                .map(|v| format!("{}{}", v.dtype(), v.shape))
+                .collect();
+            return Err(ctx.err(
+                format!("the result's axis {axis} would have length {total}, beyond its declared maximum {limit} (mark_dynamic)"),
+                d.join(", "),
+            ));
+        }
+        limit
+    } else {
+        bucket(total)
+    };
+    // Room past the capacity for the padding of later operands, so no
+    // write runs off the end (XLA would move it back by clamping).
+    let slack = vs[1..]
+        .iter()
+        .zip(&parts[1..])
+        .map(|(v, p)| p.shape.dims()[axis] - v.len(axis))
+        .max()
+        .unwrap_or(0);
+    let mut buf = pad_to(ctx, &parts[0], axis, cap + slack, axis)?;
+    let mut at = vs[0].len(axis);
+    for (v, p) in vs[1..].iter().zip(&parts[1..]) {
+        let op = Op::DynamicUpdateSlice { axis };
+        buf = ctx.rec(op, &[P::T(buf), P::T(p.clone()), dim(at)])?;
+        at += v.len(axis);
+    }
+    if slack > 0 {
+        buf = pad_to(ctx, &buf, axis, cap, axis)?;
+    }
+    axes[axis] = Some((cap, limit));
+    Ok(result(buf, r, &axes))
+}
