@@ -245,7 +245,41 @@ fn cached_block_decoding_matches_the_full_forward() {
     }
 }
 
+/// The same program makes the same dynamic decisions on two threads (the
+/// marks are per thread and depend only on its own calls).
+fn two_threads_make_the_same_decisions() {
+    let d = dev();
+    let program = move |d: lazyfuse::Device| {
+        let mut cache: Option<Tensor> = None;
+        let mut axes = Vec::new();
+        let mut out = Vec::new();
+        for step in 0..24usize {
+            let row = Tensor::from_slice(&values(6, step as u64), &[1, 6], &d).unwrap();
+            let k = match &cache {
+                Some(c) => Tensor::cat(&[c, &row], 0).unwrap(),
+                None => row,
+            };
+            let ids: Vec<i64> = (0..(step % 5 + 1) as i64).collect();
+            let picked = k
+                .index_select(0, &Tensor::from_slice(&ids, &[ids.len()], &d).unwrap())
+                .unwrap();
+            out.extend(picked.sum(&[0], false).unwrap().to_vec::<f32>().unwrap());
+            axes.push((k.dynamic_axes(), picked.dynamic_axes()));
+            cache = Some(k);
+        }
+        (axes, out)
+    };
+    let (a, b) = (d.clone(), d.clone());
+    let ta = std::thread::spawn(move || program(a));
+    let tb = std::thread::spawn(move || program(b));
+    let (ra, rb) = (ta.join().unwrap(), tb.join().unwrap());
+    assert_eq!(ra.0, rb.0, "dynamic axes differ between threads");
+    assert_eq!(ra.1, rb.1);
+    assert!(ra.0.last().unwrap().0 == vec![(0, 32)], "{:?}", ra.0.last());
+}
+
 test_device!(
+    two_threads_make_the_same_decisions,
     cached_block_decoding_matches_the_full_forward,
     masked_ops_match_exact_shapes,
     poisoned_padding_changes_nothing,
