@@ -41,9 +41,9 @@ const CALLS_PER_STEP: usize = 64;
 #[derive(Default)]
 struct Site {
     /// Result dims and start of each call in the previous step.
-    prev: Vec<(Vec<usize>, usize)>,
+    prev: Vec<(Shape, usize)>,
     /// The same for the current step.
-    cur: Vec<(Vec<usize>, usize)>,
+    cur: Vec<(Shape, usize)>,
     /// The sync-point clock of the current step.
     clock: u64,
     /// Axes marked dynamic.
@@ -80,15 +80,18 @@ pub(crate) fn observe(
         let site = s.entry(key).or_default();
         if site.clock != clock {
             if !site.cur.is_empty() {
-                site.prev = std::mem::take(&mut site.cur);
+                // Swapped, not reallocated: recording stays allocation-free.
+                std::mem::swap(&mut site.prev, &mut site.cur);
+                site.cur.clear();
             }
             site.clock = clock;
         }
         let k = site.cur.len();
         if let Some((was, was_start)) = site.prev.get(k) {
             let mut marked = None;
-            if was.len() == dims.len() {
+            if was.rank() == dims.len() {
                 let mut changed = was
+                    .dims()
                     .iter()
                     .zip(dims)
                     .enumerate()
@@ -96,7 +99,11 @@ pub(crate) fn observe(
                 if let (Some((a, _)), None) = (changed.next(), changed.next()) {
                     if a < 32 && site.mask & (1 << a) == 0 {
                         site.mask |= 1 << a;
-                        marked = Some(format!("axis {a} of {kind:?} ({} -> {})", was[a], dims[a]));
+                        marked = Some(format!(
+                            "axis {a} of {kind:?} ({} -> {})",
+                            was.dims()[a],
+                            dims[a]
+                        ));
                     }
                 }
             }
@@ -113,7 +120,7 @@ pub(crate) fn observe(
             }
         }
         if k < CALLS_PER_STEP {
-            site.cur.push((dims.to_vec(), start));
+            site.cur.push((Shape::new(dims), start));
         }
         (site.mask, site.runtime_start)
     })
