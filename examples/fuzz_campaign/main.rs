@@ -30,7 +30,9 @@
 //! `--unfused-every N` (default 1: the unfused run, which compiles one
 //! executable per op and shape and so costs most of the time, checks one
 //! program in `N`; fused runs are always checked, and a failure found
-//! without it is still shrunk against the full check).
+//! without it is still shrunk against the full check), `--learn-every N`
+//! (default 1: the same for the output-selection learning runs, which
+//! compile the program's regions again with other output sets).
 //! `FUZZ_CAMPAIGN_ABORT_AT=I` makes the child abort at program `I`, to
 //! check the supervisor.
 
@@ -41,7 +43,7 @@ mod coverage;
 mod supervise;
 
 use coverage::Coverage;
-use fuzz_support::oracle::check_program_with;
+use fuzz_support::oracle::{check_program_with, Checks};
 use fuzz_support::values::Rng;
 use fuzz_support::{build, check_program, random_genes, shrink_program, Gene, Program};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -67,6 +69,8 @@ struct Options {
     child: bool,
     /// Run the unfused check for one program in this many.
     unfused_every: usize,
+    /// Run the output-selection learning check for one program in this many.
+    learn_every: usize,
 }
 
 fn parse_args() -> Result<Options, String> {
@@ -82,6 +86,7 @@ fn parse_args() -> Result<Options, String> {
         start: 0,
         child: false,
         unfused_every: 1,
+        learn_every: 1,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -99,6 +104,7 @@ fn parse_args() -> Result<Options, String> {
             "--start" => o.start = num(value()?)? as usize,
             "--child" => o.child = true,
             "--unfused-every" => o.unfused_every = (num(value()?)? as usize).max(1),
+            "--learn-every" => o.learn_every = (num(value()?)? as usize).max(1),
             "--help" | "-h" => return Err(String::new()),
             _ => return Err(format!("unknown option {flag}")),
         }
@@ -125,7 +131,8 @@ fn main() {
         Ok(o) => o,
         Err(e) => {
             let usage = "usage: fuzz_campaign [--programs N] [--seed S] [--jobs J] \
-                [--max-genes G] [--out DIR] [--coverage PATH] [--replay I] [--shrink-budget B]";
+                [--max-genes G] [--out DIR] [--coverage PATH] [--replay I] [--shrink-budget B] \
+                [--start I] [--unfused-every N] [--learn-every N]";
             eprintln!("{e}\n{usage}");
             std::process::exit(if e.is_empty() { 0 } else { 2 });
         }
@@ -202,8 +209,11 @@ fn main() {
                     if abort_at == Some(i) {
                         std::process::abort();
                     }
-                    let unfused = i % o.unfused_every == 0;
-                    if let Err(why) = check_program_with(&p, &dev, unfused) {
+                    let checks = Checks {
+                        unfused: i % o.unfused_every == 0,
+                        learning: i % o.learn_every == 0,
+                    };
+                    if let Err(why) = check_program_with(&p, &dev, checks) {
                         let f = shrink_failure(&o, &dev, i, &p, why);
                         bar.println(format!("program {i}: FAILS, written to --out: {}", f.why));
                         let path = o.out.join(format!("fail_{name}.rs"));
@@ -238,13 +248,14 @@ fn main() {
     let findings = findings.into_inner().unwrap();
     let coverage = coverage.into_inner().unwrap();
     println!(
-        "fuzz_campaign: seed {}: programs {}..{} in {secs:.0} s ({:.2} programs/s, {} jobs, unfused run for 1 in {}), {} compiles ({:.0} s compiling), {} failing",
+        "fuzz_campaign: seed {}: programs {}..{} in {secs:.0} s ({:.2} programs/s, {} jobs, unfused run for 1 in {}, learning runs for 1 in {}), {} compiles ({:.0} s compiling), {} failing",
         o.seed,
         o.start,
         o.programs,
         o.programs.saturating_sub(o.start) as f64 / secs,
         o.jobs,
         o.unfused_every,
+        o.learn_every,
         m1.compiles - m0.compiles,
         (m1.compile_ns - m0.compile_ns) as f64 * 1e-9,
         findings.len()

@@ -66,17 +66,36 @@ use lazyfuse::{Device, FusionGuard, Tensor};
 /// Runs `program` fused and unfused and checks both against the interpreter.
 /// `Err` describes the first mismatch (run, value, op, element).
 pub fn check_program(program: &Program, dev: &Device) -> Result<(), String> {
-    check_program_with(program, dev, true)
+    check_program_with(program, dev, Checks::ALL)
 }
 
-/// [`check_program`], with the unfused run only when `unfused` is set: it
-/// compiles one executable per op and shape, most of a check's compile time,
-/// so long campaigns may run it for a share of their programs (the fused
-/// runs are always checked against the interpreter).
-pub fn check_program_with(program: &Program, dev: &Device, unfused: bool) -> Result<(), String> {
+/// Which runs beyond the plain fused one a check makes. Both cost compiles
+/// (the unfused run one executable per op and shape, the learning runs new
+/// output sets), so long campaigns may make them for a share of their
+/// programs; the fused run is always checked against the interpreter.
+#[derive(Clone, Copy, Debug)]
+pub struct Checks {
+    /// The unfused run, every value read as soon as it exists.
+    pub unfused: bool,
+    /// For programs whose op count is a multiple of 3: runs that drop
+    /// everything unread, then a run whose reads follow what they taught
+    /// the output selection (recomputes).
+    pub learning: bool,
+}
+
+impl Checks {
+    /// Every run.
+    pub const ALL: Checks = Checks {
+        unfused: true,
+        learning: true,
+    };
+}
+
+/// [`check_program`] with the runs `checks` asks for.
+pub fn check_program_with(program: &Program, dev: &Device, checks: Checks) -> Result<(), String> {
     let fused = run(program, dev, true)?;
     verify(program, &fused).map_err(|e| format!("fused run: {e}"))?;
-    if program.num_ops() % 3 == 0 {
+    if checks.learning && program.num_ops() % 3 == 0 {
         // Output selection: runs that drop every value unread teach this
         // thread's graph to leave those sites out, so the next run's
         // mid-program reads leave live values pending and its final reads
@@ -87,7 +106,7 @@ pub fn check_program_with(program: &Program, dev: &Device, unfused: bool) -> Res
         let late = run(program, dev, true)?;
         verify(program, &late).map_err(|e| format!("fused run after learning: {e}"))?;
     }
-    if unfused {
+    if checks.unfused {
         let unfused = run(program, dev, false)?;
         verify(program, &unfused).map_err(|e| format!("unfused run: {e}"))?;
     }
