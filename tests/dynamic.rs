@@ -278,7 +278,39 @@ fn two_threads_make_the_same_decisions() {
     assert!(ra.0.last().unwrap().0 == vec![(0, 32)], "{:?}", ra.0.last());
 }
 
+/// A `cat` whose result length stays the same at its site (a fixed-size
+/// cache written after prompts of changing lengths) is exact, although
+/// its operands are dynamic, and holds what exact shapes give.
+fn a_cat_of_steady_length_stays_exact() {
+    let d = dev();
+    let cap = 8;
+    let cache = Tensor::from_slice(&values(cap * 3, 99), &[cap, 3], &d).unwrap();
+    let old = cache.to_vec::<f32>().unwrap();
+    for (step, len) in [3usize, 5, 6, 7, 2].into_iter().enumerate() {
+        let data = values(len * 3, step as u64);
+        let p = Tensor::from_slice(&data, &[len, 3], &d).unwrap();
+        let rest = cache.narrow(0, len, cap - len).unwrap();
+        let c = Tensor::cat(&[&p, &rest], 0).unwrap();
+        assert_eq!(c.dims(), &[cap, 3]);
+        assert!(
+            c.dynamic_axes().is_empty(),
+            "step {step}: {:?}",
+            c.dynamic_axes()
+        );
+        let mut want = data.clone();
+        want.extend_from_slice(&old[len * 3..]);
+        assert_eq!(c.to_vec::<f32>().unwrap(), want, "prompt of {len}");
+        if step > 1 && len > 2 {
+            assert!(
+                !p.dynamic_axes().is_empty(),
+                "the prompt axis became dynamic"
+            );
+        }
+    }
+}
+
 test_device!(
+    a_cat_of_steady_length_stays_exact,
     two_threads_make_the_same_decisions,
     cached_block_decoding_matches_the_full_forward,
     masked_ops_match_exact_shapes,

@@ -47,7 +47,8 @@ pub(super) fn narrow(
 
 /// `cat`: operands aligned on the other axes; along a dynamic axis (or a
 /// site whose result length changes), later operands are written into the
-/// first one's buffer at their run-time offsets.
+/// first one's buffer at their run-time offsets. The result is dynamic
+/// along it only when its length changes at this site or was declared.
 pub(super) fn cat(ctx: &Ctx<'_>, vs: &[&V], axis: usize, r: &Shape, site: u32) -> Result<V> {
     let n = r.rank();
     let mut axes: Vec<Option<(usize, usize)>> = (0..n)
@@ -104,11 +105,19 @@ pub(super) fn cat(ctx: &Ctx<'_>, vs: &[&V], axis: usize, r: &Shape, site: u32) -
         bucket(total)
     };
     // Room past the capacity for the padding of later operands, so no
-    // write runs off the end (XLA would move it back by clamping).
+    // write runs off the end (XLA would move it back by clamping). A
+    // dynamic operand's whole capacity, not its padding: the structure
+    // must not depend on a length.
     let slack = vs[1..]
         .iter()
         .zip(&parts[1..])
-        .map(|(v, p)| p.shape.dims()[axis] - v.len(axis))
+        .map(|(v, p)| {
+            if v.is_dyn(axis) {
+                p.shape.dims()[axis]
+            } else {
+                0
+            }
+        })
         .max()
         .unwrap_or(0);
     let mut buf = pad_to(ctx, &parts[0], axis, cap + slack, axis)?;
@@ -117,6 +126,15 @@ pub(super) fn cat(ctx: &Ctx<'_>, vs: &[&V], axis: usize, r: &Shape, site: u32) -
         let op = Op::DynamicUpdateSlice { axis };
         buf = ctx.rec(op, &[P::T(buf), P::T(p.clone()), dim(at)])?;
         at += v.len(axis);
+    }
+    if limit == 0 && site & (1 << axis) == 0 {
+        // The result's length has not changed at this site, although its
+        // operands' lengths vary (a fixed-size cache written after a prompt
+        // of any length): the result is exact. The cut depends on the
+        // capacities and that steady length only, so it compiles once.
+        buf = pad_to(ctx, &buf, axis, total, axis)?;
+        axes[axis] = None;
+        return Ok(result(buf, r, &axes));
     }
     if slack > 0 {
         buf = pad_to(ctx, &buf, axis, cap, axis)?;
