@@ -539,3 +539,31 @@ fn recomputed_erf_of_a_constant_differs_by_ulps() {
     };
     fuzz_support::check_program(&program, &common::dev()).unwrap();
 }
+
+/// Lowering bug (found by `fuzz_campaign`, seed 1000, program 2418): a bf16
+/// subnormal widened to f32 and converted to bool was `true` fused and
+/// `false` unfused. XLA widens bf16 by shifting its bits, and LLVM folded
+/// the compare with zero into an integer test of them; the hardware reads
+/// the subnormal as zero. Fixed in `src/lower/ops.rs` (`upcast_bf16`, an
+/// explicit flush); `tests/ieee.rs` checks the compares of the same class.
+#[test]
+fn widened_bf16_subnormal_converts_to_false() {
+    let program = Program {
+        steps: vec![
+            Step::Input(HostTensor::from_f64(
+                &[9.183549615799121e-41],
+                Shape::new(&[]),
+                DType::BF16,
+            )), // v0
+            Step::Apply {
+                op: Op::Convert(DType::F32),
+                args: vec![0],
+            }, // v1
+            Step::Apply {
+                op: Op::Convert(DType::Bool),
+                args: vec![1],
+            }, // v2
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+}

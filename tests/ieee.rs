@@ -228,3 +228,98 @@ fn strict_fp_turns_multiply_add_contraction_off() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// A bf16 subnormal widened to f32 or f64 is zero of its sign, in every
+/// region shape. XLA widens bf16 by shifting bits, and LLVM folded a
+/// compare of the widened value with a constant zero into an integer test
+/// that saw the subnormal as non-zero, while unfused the hardware read it as
+/// zero: `bf16 -> f32 -> bool` of a subnormal was `true` fused (found by
+/// `fuzz_campaign`, seed 1000, program 2418; `fuzz_regressions.rs` holds the
+/// program). The widening flushes explicitly, as the interpreter does.
+#[test]
+fn widened_bf16_subnormals_compare_as_zero_fused_and_unfused() {
+    use lazyfuse::ir::HostTensor;
+    let vals = [9.183549615799121e-41, -9.18e-41, 0.0, 1.0, -2.5e-39, 3e-38];
+    let mut runs = Vec::new();
+    for (name, backend, fuse) in [
+        ("fused", Backend::Xla, true),
+        ("unfused", Backend::Xla, false),
+        ("interpreter", Backend::Interp, true),
+    ] {
+        let dev = device_of(backend);
+        let _f = FusionGuard::new(fuse);
+        let h = HostTensor::from_f64(&vals, lazyfuse::ir::Shape::new(&[6]), DType::BF16);
+        let x = Tensor::from_host(&h, &dev).unwrap();
+        x.realize().unwrap();
+        let zeros = |dt| Tensor::zeros(&[6], dt, &dev).unwrap();
+        let w = x.to_dtype(DType::F32).unwrap();
+        let d = x.to_dtype(DType::F64).unwrap();
+        let outs: Vec<Vec<u8>> = vec![
+            w.to_dtype(DType::Bool)
+                .unwrap()
+                .to_vec::<bool>()
+                .unwrap()
+                .into_iter()
+                .map(u8::from)
+                .collect(),
+            w.ne(&zeros(DType::F32))
+                .unwrap()
+                .to_vec::<bool>()
+                .unwrap()
+                .into_iter()
+                .map(u8::from)
+                .collect(),
+            w.eq(&zeros(DType::F32))
+                .unwrap()
+                .to_vec::<bool>()
+                .unwrap()
+                .into_iter()
+                .map(u8::from)
+                .collect(),
+            d.to_dtype(DType::Bool)
+                .unwrap()
+                .to_vec::<bool>()
+                .unwrap()
+                .into_iter()
+                .map(u8::from)
+                .collect(),
+            d.eq(&zeros(DType::F64))
+                .unwrap()
+                .to_vec::<bool>()
+                .unwrap()
+                .into_iter()
+                .map(u8::from)
+                .collect(),
+            x.to_dtype(DType::Bool)
+                .unwrap()
+                .to_vec::<bool>()
+                .unwrap()
+                .into_iter()
+                .map(u8::from)
+                .collect(),
+            w.to_vec::<f32>()
+                .unwrap()
+                .iter()
+                .flat_map(|v| v.to_bits().to_le_bytes())
+                .collect(),
+        ];
+        runs.push((name, outs));
+    }
+    let truthy = vec![0u8, 0, 0, 1, 0, 1];
+    let zero = vec![1u8, 1, 1, 0, 1, 0];
+    for (name, outs) in &runs {
+        for (i, want) in [&truthy, &truthy, &zero, &truthy, &zero, &truthy]
+            .iter()
+            .enumerate()
+        {
+            assert_eq!(&&outs[i], want, "{name}: check {i}");
+        }
+        assert_eq!(outs[6], runs[0].1[6], "{name}: widened bits");
+    }
+    let widened: Vec<f32> = runs[0].1[6]
+        .chunks(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    assert_eq!(widened[0].to_bits(), 0, "a subnormal widens to +0");
+    assert_eq!(widened[1].to_bits(), 0x8000_0000, "and keeps its sign");
+}

@@ -146,7 +146,18 @@ fn convert(e: &mut Emitter<'_>, node: &Node, to: DType) -> String {
         let zero = e.constant(Literal::Float(0.0), &n.shape, n.dtype);
         return compare(e, CmpOp::Ne, &x, &zero, &n.shape, n.dtype);
     }
-    e.convert(&x, &node.shape, n.dtype, to)
+    let y = e.convert(&x, &node.shape, n.dtype, to);
+    if n.dtype == DType::BF16 && matches!(to, DType::F32 | DType::F64) {
+        // XLA widens bf16 by shifting its bits, so a bf16 subnormal is an
+        // f32 subnormal in a register, and LLVM folds a compare of it with a
+        // constant zero into an integer test that sees it non-zero, where
+        // unfused the hardware reads it from memory as zero: `bf16 -> f32 ->
+        // bool` of one was `true` fused (`tests/fuzz_regressions.rs::
+        // widened_bf16_subnormal_converts_to_false`). Flushed, as the
+        // interpreter's conversion does.
+        return flush_subnormals(e, &y, &node.shape, to);
+    }
+    y
 }
 
 // ---- Reductions (lowered in `contract.rs`) --------------------------------
