@@ -242,6 +242,28 @@ impl Builder {
         (random_dims(rng), random_dtype(rng))
     }
 
+    /// An integer operand for one op in four of the kinds that take them:
+    /// live values are mostly floats (most ops make them), so integer
+    /// scalar, unary and binary ops were almost never built otherwise.
+    fn maybe_int(&mut self, sel: u16, pred: &dyn Fn(&Val) -> bool) -> Option<usize> {
+        if sel % 4 != 3 {
+            return None;
+        }
+        let int = |v: &Val| matches!(v.dtype, DType::I32 | DType::I64 | DType::U8) && pred(v);
+        Some(self.pick_or_input(sel / 4, &int, |rng| {
+            let d = rng.pick(&[DType::I32, DType::I64, DType::U8]);
+            (random_dims(rng), d)
+        }))
+    }
+
+    fn numeric_input(rng: &mut Rng) -> (Vec<usize>, DType) {
+        let d = random_dtype(rng);
+        (
+            random_dims(rng),
+            if d.is_numeric() { d } else { DType::I32 },
+        )
+    }
+
     fn float_input(rng: &mut Rng) -> (Vec<usize>, DType) {
         let d = random_dtype(rng);
         (random_dims(rng), if d.is_float() { d } else { DType::F32 })
@@ -297,17 +319,22 @@ impl Builder {
             Action::Unary => {
                 let u = UnaryOp::ALL[g.b as usize % UnaryOp::ALL.len()];
                 let x = if matches!(u, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu) {
-                    self.pick_or_input(g.a, &numeric, Self::any_input)
+                    match self.maybe_int(g.c, &numeric) {
+                        Some(i) => i,
+                        None => self.pick_or_input(g.a, &numeric, Self::any_input),
+                    }
                 } else {
                     self.pick_or_input(g.a, &|v| v.dtype.is_float(), Self::float_input)
                 };
                 self.apply(Op::Unary(u), vec![x]);
             }
             Action::Binary | Action::Compare => {
-                let x = if action(g.kind) == Action::Binary {
-                    self.pick_or_input(g.a, &numeric, Self::float_input)
-                } else {
-                    self.pick_or_input(g.a, &any, Self::any_input)
+                let x = match self.maybe_int(g.c >> 9, &any) {
+                    Some(i) => i,
+                    None if action(g.kind) == Action::Binary => {
+                        self.pick_or_input(g.a, &numeric, Self::numeric_input)
+                    }
+                    None => self.pick_or_input(g.a, &any, Self::any_input),
                 };
                 let y = self.partner(x, g.c);
                 let args = if g.c & 0x100 != 0 {
@@ -324,7 +351,10 @@ impl Builder {
                 self.apply(op, args);
             }
             Action::Scalar => {
-                let x = self.pick_or_input(g.a, &any, Self::any_input);
+                let x = match self.maybe_int(g.c >> 8, &any) {
+                    Some(i) => i,
+                    None => self.pick_or_input(g.a, &any, Self::any_input),
+                };
                 let dtype = self.vals[x].dtype;
                 let op = if g.b % 2 == 0 && dtype.is_numeric() {
                     Op::Binary(BinaryOp::ALL[(g.b / 2) as usize % BinaryOp::ALL.len()])
@@ -388,7 +418,7 @@ impl Builder {
             }
             Action::Reduce => {
                 let mut r = ReduceOp::ALL[g.b as usize % ReduceOp::ALL.len()];
-                let x = self.pick_or_input(g.a, &numeric, Self::float_input);
+                let x = self.pick_or_input(g.a, &numeric, Self::numeric_input);
                 let v = self.vals[x].clone();
                 if r == ReduceOp::Mean && !v.dtype.is_float() {
                     r = ReduceOp::Sum;
