@@ -21,6 +21,30 @@ pub(crate) struct ClientSetup {
     pub compile: Vec<pjrt::CompileOverride>,
 }
 
+/// Stack of the thread an XLA compile runs on. XLA's fusion emitter
+/// recurses once per op along a chain of fused elementwise ops, so a long
+/// chain (two integer `pow`s, each a square-and-multiply ladder, feeding
+/// more ops) overflowed the 2 MiB of a spawned thread and aborted the
+/// process (`fuzz_campaign` seed 1000, program 3463). Reserved, not
+/// committed: only the pages a compile touches are used.
+const COMPILE_STACK: usize = 256 << 20;
+
+/// `client.compile(text)` on a thread of its own with [`COMPILE_STACK`]:
+/// compiles run on executor threads, or on the caller's with
+/// `TPU_LAUNCH_BLOCKING=1`, whose stacks lazyfuse does not choose.
+fn compile_on_big_stack(client: &pjrt::Client, text: &str) -> Result<pjrt::LoadedExecutable> {
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("lazyfuse-compile".into())
+            .stack_size(COMPILE_STACK)
+            .spawn_scoped(s, || client.compile(text))
+            .map_err(|e| crate::Error::internal(format!("spawning a compile thread: {e}")))?
+            .join()
+            .map_err(|_| crate::Error::internal("the compile thread panicked"))?
+            .map_err(crate::Error::from)
+    })
+}
+
 /// One loaded plugin's client.
 pub(crate) struct PjrtBackend {
     client: pjrt::Client,
@@ -93,7 +117,7 @@ impl Backend for PjrtBackend {
         on_compile();
         let _span = tracing::debug_span!("compile", region = %key, bytes = text.len()).entered();
         let t0 = Instant::now();
-        let result = self.client.compile(&text);
+        let result = compile_on_big_stack(&self.client, &text);
         metrics::add(&C.compile_ns, t0.elapsed().as_nanos() as u64);
         metrics::observe_since(metrics::Phase::Compile, t0);
         let exe = result?;
