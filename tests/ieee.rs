@@ -252,51 +252,19 @@ fn widened_bf16_subnormals_compare_as_zero_fused_and_unfused() {
         let x = Tensor::from_host(&h, &dev).unwrap();
         x.realize().unwrap();
         let zeros = |dt| Tensor::zeros(&[6], dt, &dev).unwrap();
+        let bools = |t: Tensor| -> Vec<u8> {
+            let v = t.to_vec::<bool>().unwrap();
+            v.into_iter().map(u8::from).collect()
+        };
         let w = x.to_dtype(DType::F32).unwrap();
         let d = x.to_dtype(DType::F64).unwrap();
         let outs: Vec<Vec<u8>> = vec![
-            w.to_dtype(DType::Bool)
-                .unwrap()
-                .to_vec::<bool>()
-                .unwrap()
-                .into_iter()
-                .map(u8::from)
-                .collect(),
-            w.ne(&zeros(DType::F32))
-                .unwrap()
-                .to_vec::<bool>()
-                .unwrap()
-                .into_iter()
-                .map(u8::from)
-                .collect(),
-            w.eq(&zeros(DType::F32))
-                .unwrap()
-                .to_vec::<bool>()
-                .unwrap()
-                .into_iter()
-                .map(u8::from)
-                .collect(),
-            d.to_dtype(DType::Bool)
-                .unwrap()
-                .to_vec::<bool>()
-                .unwrap()
-                .into_iter()
-                .map(u8::from)
-                .collect(),
-            d.eq(&zeros(DType::F64))
-                .unwrap()
-                .to_vec::<bool>()
-                .unwrap()
-                .into_iter()
-                .map(u8::from)
-                .collect(),
-            x.to_dtype(DType::Bool)
-                .unwrap()
-                .to_vec::<bool>()
-                .unwrap()
-                .into_iter()
-                .map(u8::from)
-                .collect(),
+            bools(w.to_dtype(DType::Bool).unwrap()),
+            bools(w.ne(&zeros(DType::F32)).unwrap()),
+            bools(w.eq(&zeros(DType::F32)).unwrap()),
+            bools(d.to_dtype(DType::Bool).unwrap()),
+            bools(d.eq(&zeros(DType::F64)).unwrap()),
+            bools(x.to_dtype(DType::Bool).unwrap()),
             w.to_vec::<f32>()
                 .unwrap()
                 .iter()
