@@ -11,8 +11,8 @@
 
 use super::program::{Program, Step};
 use super::values::{
-    literal_for, random_data, random_dim, random_dims, random_dtype, scalar_candidates, Rng,
-    FLOAT_SPECIALS,
+    any_input, float_input, literal_for, numeric_input, random_data, random_dim, random_dims,
+    random_dtype, scalar_candidates, Rng, FLOAT_SPECIALS,
 };
 use lazyfuse::ir::{infer, Axes, BinaryOp, CmpOp, DType, Op, ReduceOp, Shape, UnaryOp};
 
@@ -238,10 +238,6 @@ impl Builder {
         }
     }
 
-    fn any_input(rng: &mut Rng) -> (Vec<usize>, DType) {
-        (random_dims(rng), random_dtype(rng))
-    }
-
     /// An integer operand for one op in four of the kinds that take them:
     /// live values are mostly floats (most ops make them), so integer
     /// scalar, unary and binary ops were almost never built otherwise.
@@ -256,29 +252,16 @@ impl Builder {
         }))
     }
 
-    fn numeric_input(rng: &mut Rng) -> (Vec<usize>, DType) {
-        let d = random_dtype(rng);
-        (
-            random_dims(rng),
-            if d.is_numeric() { d } else { DType::I32 },
-        )
-    }
-
-    fn float_input(rng: &mut Rng) -> (Vec<usize>, DType) {
-        let d = random_dtype(rng);
-        (random_dims(rng), if d.is_float() { d } else { DType::F32 })
-    }
-
     fn gene(&mut self, g: &Gene) {
         let numeric = |v: &Val| v.dtype.is_numeric();
         let any = |_: &Val| true;
         match action(g.kind) {
             Action::Input => {
-                let (d, t) = Self::any_input(&mut self.rng);
+                let (d, t) = any_input(&mut self.rng);
                 self.input(&d, t);
             }
             Action::Full => {
-                let (dims, dtype) = Self::any_input(&mut self.rng);
+                let (dims, dtype) = any_input(&mut self.rng);
                 let cands = scalar_candidates(dtype);
                 let value = cands[g.b as usize % cands.len()];
                 let op = Op::Constant {
@@ -321,10 +304,10 @@ impl Builder {
                 let x = if matches!(u, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu) {
                     match self.maybe_int(g.c, &numeric) {
                         Some(i) => i,
-                        None => self.pick_or_input(g.a, &numeric, Self::any_input),
+                        None => self.pick_or_input(g.a, &numeric, any_input),
                     }
                 } else {
-                    self.pick_or_input(g.a, &|v| v.dtype.is_float(), Self::float_input)
+                    self.pick_or_input(g.a, &|v| v.dtype.is_float(), float_input)
                 };
                 self.apply(Op::Unary(u), vec![x]);
             }
@@ -332,9 +315,9 @@ impl Builder {
                 let x = match self.maybe_int(g.c >> 9, &any) {
                     Some(i) => i,
                     None if action(g.kind) == Action::Binary => {
-                        self.pick_or_input(g.a, &numeric, Self::numeric_input)
+                        self.pick_or_input(g.a, &numeric, numeric_input)
                     }
-                    None => self.pick_or_input(g.a, &any, Self::any_input),
+                    None => self.pick_or_input(g.a, &any, any_input),
                 };
                 let y = self.partner(x, g.c);
                 let args = if g.c & 0x100 != 0 {
@@ -353,7 +336,7 @@ impl Builder {
             Action::Scalar => {
                 let x = match self.maybe_int(g.c >> 8, &any) {
                     Some(i) => i,
-                    None => self.pick_or_input(g.a, &any, Self::any_input),
+                    None => self.pick_or_input(g.a, &any, any_input),
                 };
                 let dtype = self.vals[x].dtype;
                 let op = if g.b % 2 == 0 && dtype.is_numeric() {
@@ -367,7 +350,7 @@ impl Builder {
             Action::CastArith => {
                 let x = match self.pick(g.a / 2, &|v| v.dtype == DType::Bool) {
                     Some(b) if g.a % 2 == 0 => b,
-                    _ => self.pick_or_input(g.a / 2, &any, Self::any_input),
+                    _ => self.pick_or_input(g.a / 2, &any, any_input),
                 };
                 let to = [DType::F32, DType::F64, DType::F16, DType::BF16][g.b as usize % 4];
                 let Some(f) = self.apply(Op::Convert(to), vec![x]) else {
@@ -383,7 +366,7 @@ impl Builder {
                 }
             }
             Action::ScalarChain => {
-                let x = self.pick_or_input(g.a, &|v| v.dtype.is_float(), Self::float_input);
+                let x = self.pick_or_input(g.a, &|v| v.dtype.is_float(), float_input);
                 let specials = &FLOAT_SPECIALS;
                 let special = specials[g.c as usize % specials.len()];
                 let plain = [0.5, 2.0, -3.0, 1e-3][(g.c >> 8) as usize % 4];
@@ -398,7 +381,7 @@ impl Builder {
                 }
             }
             Action::Select => {
-                let x = self.pick_or_input(g.b, &any, Self::any_input);
+                let x = self.pick_or_input(g.b, &any, any_input);
                 let y = self.partner(x, g.c);
                 let xs = self.vals[x].shape.clone();
                 let cond = match self.pick(g.a, &|v: &Val| {
@@ -413,12 +396,12 @@ impl Builder {
                 self.apply(Op::Select, vec![cond, x, y]);
             }
             Action::Convert => {
-                let x = self.pick_or_input(g.a, &any, Self::any_input);
+                let x = self.pick_or_input(g.a, &any, any_input);
                 self.apply(Op::Convert(DType::ALL[g.b as usize % 8]), vec![x]);
             }
             Action::Reduce => {
                 let mut r = ReduceOp::ALL[g.b as usize % ReduceOp::ALL.len()];
-                let x = self.pick_or_input(g.a, &numeric, Self::numeric_input);
+                let x = self.pick_or_input(g.a, &numeric, numeric_input);
                 let v = self.vals[x].clone();
                 if r == ReduceOp::Mean && !v.dtype.is_float() {
                     r = ReduceOp::Sum;
@@ -459,7 +442,7 @@ impl Builder {
                 );
             }
             Action::Reshape => {
-                let x = self.pick_or_input(g.a, &any, Self::any_input);
+                let x = self.pick_or_input(g.a, &any, any_input);
                 let dims = self.vals[x].shape.dims().to_vec();
                 let n: usize = dims.iter().product();
                 let to: Vec<usize> = match g.b % 5 {
@@ -484,7 +467,7 @@ impl Builder {
             }
             Action::Permute => {
                 let x = self.pick_or_input(g.a, &|v| v.shape.rank() >= 2, |rng| {
-                    let (mut d, t) = Self::any_input(rng);
+                    let (mut d, t) = any_input(rng);
                     while d.len() < 2 {
                         d.push(random_dim(rng));
                     }
@@ -499,7 +482,7 @@ impl Builder {
                 self.apply(Op::Permute(perm), vec![x]);
             }
             Action::Broadcast => {
-                let x = self.pick_or_input(g.a, &|v| v.shape.rank() < 4, Self::any_input);
+                let x = self.pick_or_input(g.a, &|v| v.shape.rank() < 4, any_input);
                 let mut to: Vec<usize> = self.vals[x]
                     .shape
                     .dims()
@@ -513,7 +496,7 @@ impl Builder {
             }
             Action::Slice => {
                 let x = self.pick_or_input(g.a, &|v| v.shape.rank() >= 1, |rng| {
-                    let (mut d, t) = Self::any_input(rng);
+                    let (mut d, t) = any_input(rng);
                     d.push(4);
                     (d, t)
                 });
@@ -525,7 +508,7 @@ impl Builder {
             }
             Action::Concat => {
                 let x = self.pick_or_input(g.a, &|v| v.shape.rank() >= 1, |rng| {
-                    let (mut d, t) = Self::any_input(rng);
+                    let (mut d, t) = any_input(rng);
                     d.push(2);
                     (d, t)
                 });
@@ -550,7 +533,7 @@ impl Builder {
                     |rng| {
                         let d = random_dtype(rng);
                         let d = if d.is_numeric() { d } else { DType::F32 };
-                        let (mut s, _) = Self::any_input(rng);
+                        let (mut s, _) = any_input(rng);
                         while s.len() < 2 {
                             s.insert(0, random_dim(rng));
                         }

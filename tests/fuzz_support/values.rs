@@ -215,3 +215,23 @@ pub fn nudge(t: &HostTensor, up: bool) -> HostTensor {
         bytes,
     }
 }
+
+/// Dims and dtype of a fresh input of any dtype.
+pub fn any_input(rng: &mut Rng) -> (Vec<usize>, DType) {
+    (random_dims(rng), random_dtype(rng))
+}
+
+/// Dims and dtype of a fresh numeric input (bool becomes i32).
+pub fn numeric_input(rng: &mut Rng) -> (Vec<usize>, DType) {
+    let d = random_dtype(rng);
+    (
+        random_dims(rng),
+        if d.is_numeric() { d } else { DType::I32 },
+    )
+}
+
+/// Dims and dtype of a fresh float input (other dtypes become f32).
+pub fn float_input(rng: &mut Rng) -> (Vec<usize>, DType) {
+    let d = random_dtype(rng);
+    (random_dims(rng), if d.is_float() { d } else { DType::F32 })
+}
