@@ -1,6 +1,6 @@
 //! Text emission helpers shared by the op lowerings.
 
-use lazyfuse_ir::{CmpOp, DType, Graph, Literal, NodeId, Shape};
+use lazyfuse_ir::{CmpOp, DType, Graph, HostTensor, Literal, NodeId, Shape};
 use std::fmt::Write;
 use std::panic::Location;
 
@@ -31,8 +31,13 @@ pub fn i64_array(v: impl IntoIterator<Item = usize>) -> String {
 /// flushing dtypes stored as zero), so nothing the compiler folds from a
 /// constant can differ from run-time arithmetic.
 pub fn literal(value: Literal, dtype: DType) -> String {
-    let t = lazyfuse_ir::interp::scalar_constant(value, dtype);
-    match dtype {
+    host_literal(&lazyfuse_ir::interp::scalar_constant(value, dtype))
+}
+
+/// Exact MLIR spelling of the rank-0 value `t` (hex bit patterns for
+/// floats, as [`literal`]).
+pub fn host_literal(t: &HostTensor) -> String {
+    match t.dtype {
         DType::Bool => (if t.bytes[0] != 0 { "true" } else { "false" }).to_string(),
         DType::U8 => t.bytes[0].to_string(),
         DType::I32 | DType::I64 => t.to_i64_vec()[0].to_string(),
@@ -58,6 +63,9 @@ pub struct Emitter<'g> {
     next: usize,
     /// The `loc(...)` attached to ops emitted next.
     loc: String,
+    /// The value of each node known when lowering to be one scalar
+    /// repeated (constants, and what `fold.rs` computes from them), rank 0.
+    splats: Vec<Option<HostTensor>>,
 }
 
 impl<'g> Emitter<'g> {
@@ -69,7 +77,18 @@ impl<'g> Emitter<'g> {
             names: vec![None; graph.len()],
             next: 0,
             loc: String::new(),
+            splats: vec![None; graph.len()],
         }
+    }
+
+    /// Records that node `id` is `value` (rank 0) in every element.
+    pub fn set_splat(&mut self, id: NodeId, value: HostTensor) {
+        self.splats[id.index()] = Some(value);
+    }
+
+    /// The scalar node `id` repeats, when known at lowering time.
+    pub fn splat(&self, id: NodeId) -> Option<&HostTensor> {
+        self.splats[id.index()].as_ref()
     }
 
     /// Names the value of node `id`.
@@ -126,6 +145,15 @@ impl<'g> Emitter<'g> {
         let attr = format!("value = dense<{}> : {st}", literal(value, dtype));
         let c = self.op("stablehlo.constant", &[], &attr, &st);
         self.broadcast(&c, &Shape::scalar(), shape, dtype)
+    }
+
+    /// The rank-0 host value `t` as a constant broadcast to `shape`, its
+    /// bits exactly as they are.
+    pub fn host_constant(&mut self, t: &HostTensor, shape: &Shape) -> String {
+        let st = ty(&Shape::scalar(), t.dtype);
+        let attr = format!("value = dense<{}> : {st}", host_literal(t));
+        let c = self.op("stablehlo.constant", &[], &attr, &st);
+        self.broadcast(&c, &Shape::scalar(), shape, t.dtype)
     }
 
     /// NumPy broadcast of value `v` from `from` to `to` (no-op when equal).

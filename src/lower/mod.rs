@@ -9,6 +9,7 @@
 
 mod contract;
 mod emit;
+mod fold;
 mod index;
 mod ops;
 

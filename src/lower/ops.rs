@@ -15,6 +15,9 @@ pub fn lower_node(e: &mut Emitter<'_>, id: NodeId) {
     let node = e.graph.node(id);
     e.set_loc(node.op.name(), node.origin);
     inject_compile_fault(e, node);
+    if let Some(v) = super::fold::fold(e, id) {
+        return e.bind(id, v);
+    }
     let v = match &node.op {
         Op::Input { .. } => panic!("lowering bug: input node {id:?} must be a region parameter"),
         // A value with no elements is the same whatever computed it. As a
