@@ -17,7 +17,7 @@ use super::error::{Error, Result};
 use super::executable::LoadedExecutable;
 use super::inner::ClientInner;
 use super::named::CreateOption;
-use super::options::{compile_options_bytes_with, CompileOverride};
+use super::options::{compile_options_bytes_with, spmd_compile_options_bytes, CompileOverride};
 use super::sys;
 use super::PjrtStruct;
 
@@ -31,6 +31,9 @@ pub struct Client {
     inner: Arc<ClientInner>,
     /// The serialized `CompileOptionsProto` every compile sends.
     compile_options: Vec<u8>,
+    /// The debug options added to every compile (kept for SPMD compiles,
+    /// whose options are built per device set).
+    compile_extra: Vec<CompileOverride>,
 }
 
 impl std::fmt::Debug for Client {
@@ -61,6 +64,7 @@ impl Client {
         Ok(Client {
             inner: ClientInner::create(plugin, options)?,
             compile_options: compile_options_bytes_with(compile),
+            compile_extra: compile.to_vec(),
         })
     }
 
@@ -103,6 +107,38 @@ impl Client {
     /// module that does not parse or verify is an `Err` carrying the
     /// compiler's diagnostic; the client stays usable.
     pub fn compile(&self, stablehlo_text: &str) -> Result<LoadedExecutable> {
+        self.compile_with(stablehlo_text, &self.compile_options)
+    }
+
+    /// The serialized options [`Client::compile_spmd`] sends for the
+    /// addressable devices `devices` (for cache keys).
+    pub fn spmd_compile_options(&self, devices: &[usize]) -> Result<Vec<u8>> {
+        let ids = devices
+            .iter()
+            .map(|&d| self.inner.device_id(d, "PJRT_Client_Compile"))
+            .collect::<Result<Vec<i64>>>()?;
+        Ok(spmd_compile_options_bytes(&ids, &self.compile_extra))
+    }
+
+    /// Compiles a StableHLO module with Shardy sharding attributes (an
+    /// `sdy.mesh` and `#sdy.sharding`s on arguments and results) as one SPMD
+    /// program over the addressable devices `devices`: XLA partitions it and
+    /// inserts the collectives; partition `i` runs on `devices[i]`. Launch
+    /// it with [`LoadedExecutable::launch_spmd`], one argument list (of
+    /// per-device shards) per device.
+    pub fn compile_spmd(
+        &self,
+        stablehlo_text: &str,
+        devices: &[usize],
+    ) -> Result<LoadedExecutable> {
+        let options = self.spmd_compile_options(devices)?;
+        let mut exe = self.compile_with(stablehlo_text, &options)?;
+        exe.set_devices(devices.to_vec());
+        Ok(exe)
+    }
+
+    /// Compiles `stablehlo_text` with the serialized compile options `options`.
+    fn compile_with(&self, stablehlo_text: &str, options: &[u8]) -> Result<LoadedExecutable> {
         let start = Instant::now();
         let format = "mlir";
         let mut program = sys::PJRT_Program::new();
@@ -112,7 +148,6 @@ impl Client {
         program.format = format.as_ptr().cast();
         program.format_size = format.len();
 
-        let options = &self.compile_options;
         let mut a = sys::PJRT_Client_Compile_Args::new();
         a.client = self.inner.raw.as_ptr();
         a.program = &program;

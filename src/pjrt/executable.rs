@@ -26,6 +26,9 @@ pub struct LoadedExecutable {
     /// [`LoadedExecutable::serialize`] because the XLA CPU plugin re-serializes
     /// a deserialized executable without its machine code (see there).
     source: Option<Vec<u8>>,
+    /// For an SPMD executable, the addressable device of each partition
+    /// ([`super::Client::compile_spmd`]); empty for a one-device program.
+    devices: Vec<usize>,
 }
 
 // SAFETY: PJRT executables are thread-safe: concurrent `Execute` calls and
@@ -62,6 +65,7 @@ impl LoadedExecutable {
             exec: ptr::null_mut(),
             num_outputs: 0,
             source: None,
+            devices: Vec::new(),
         };
         let plugin = &*exe.client.plugin;
 
@@ -196,6 +200,132 @@ impl LoadedExecutable {
                 Err(e)
             }
         }
+    }
+
+    /// Runs an SPMD executable once on all its devices: `args[i]` is the
+    /// argument list (the per-device shards) of partition `i`, which runs
+    /// on the `i`-th device given to [`super::Client::compile_spmd`].
+    /// Returns each partition's results and the completion of each device's
+    /// execution; the arguments must stay alive until all are awaited.
+    /// `donate` as in [`LoadedExecutable::launch`], for every partition.
+    pub fn launch_spmd(
+        &self,
+        args: &[Vec<&Buffer>],
+        donate: &[usize],
+    ) -> Result<(Vec<Vec<Buffer>>, Vec<Completion>)> {
+        const WHAT: &str = "PJRT_LoadedExecutable_Execute";
+        if self.devices.is_empty() || args.len() != self.devices.len() {
+            return Err(Error::binding(format!(
+                "{WHAT}: {} argument lists for an executable of {} partitions",
+                args.len(),
+                self.devices.len()
+            )));
+        }
+        let num_args = args[0].len();
+        for (p, list) in args.iter().enumerate() {
+            if list.len() != num_args {
+                return Err(Error::binding(format!(
+                    "{WHAT}: partition {p} has {} arguments, partition 0 has {num_args}",
+                    list.len()
+                )));
+            }
+            if let Some(i) = list
+                .iter()
+                .position(|b| !Arc::ptr_eq(&b.client, &self.client))
+            {
+                return Err(Error::binding(format!(
+                    "{WHAT}: argument {i} of partition {p} belongs to a different client"
+                )));
+            }
+        }
+        let plugin = &*self.client.plugin;
+        let n = args.len();
+        let arg_ptrs: Vec<Vec<*mut sys::PJRT_Buffer>> = args
+            .iter()
+            .map(|l| l.iter().map(|b| b.raw.as_ptr()).collect())
+            .collect();
+        let arg_lists: Vec<*const *mut sys::PJRT_Buffer> =
+            arg_ptrs.iter().map(|l| l.as_ptr()).collect();
+        let mut outs: Vec<Vec<*mut sys::PJRT_Buffer>> =
+            vec![vec![ptr::null_mut(); self.num_outputs]; n];
+        let out_lists: Vec<*mut *mut sys::PJRT_Buffer> =
+            outs.iter_mut().map(|l| l.as_mut_ptr()).collect();
+        let mut complete: Vec<*mut sys::PJRT_Event> = vec![ptr::null_mut(); n];
+        let non_donatable: Vec<i64> = (0..num_args)
+            .filter(|i| !donate.contains(i))
+            .map(|i| i as i64)
+            .collect();
+        let mut options = sys::PJRT_ExecuteOptions::new();
+        options.non_donatable_input_indices = super::api::slice_ptr(&non_donatable);
+        options.num_non_donatable_input_indices = non_donatable.len();
+
+        let mut a = sys::PJRT_LoadedExecutable_Execute_Args::new();
+        a.executable = self.raw.as_ptr();
+        a.options = &mut options;
+        a.argument_lists = arg_lists.as_ptr();
+        a.num_devices = n;
+        a.num_args = num_args;
+        a.output_lists = out_lists.as_ptr();
+        a.device_complete_events = complete.as_mut_ptr();
+        a.execute_device = ptr::null_mut();
+        let r = pjrt_call!(plugin, PJRT_LoadedExecutable_Execute, &mut a);
+
+        // Own everything the plugin may have produced before looking at `r`.
+        let done: Vec<Completion> = complete
+            .iter()
+            .map(|&raw| Completion {
+                client: Arc::clone(&self.client),
+                raw,
+            })
+            .collect();
+        let produced: Vec<Vec<Option<Buffer>>> = outs
+            .iter()
+            .map(|l| {
+                l.iter()
+                    .map(|&p| {
+                        NonNull::new(p).map(|p| Buffer::from_raw(Arc::clone(&self.client), p))
+                    })
+                    .collect()
+            })
+            .collect();
+        let wait_all = |done: Vec<Completion>| {
+            for d in done {
+                let _ = d.wait();
+            }
+        };
+        if let Err(e) = r {
+            wait_all(done);
+            return Err(e);
+        }
+        let mut results = Vec::with_capacity(n);
+        for (p, list) in produced.into_iter().enumerate() {
+            let list = list.into_iter().enumerate().map(|(i, b)| {
+                b.ok_or_else(|| {
+                    Error::binding(format!(
+                        "{WHAT}: plugin returned no buffer for output {i} of partition {p}"
+                    ))
+                })
+            });
+            match list.collect::<Result<Vec<Buffer>>>() {
+                Ok(l) => results.push(l),
+                Err(e) => {
+                    wait_all(done);
+                    return Err(e);
+                }
+            }
+        }
+        Ok((results, done))
+    }
+
+    /// Marks this executable as an SPMD program over `devices`.
+    pub(crate) fn set_devices(&mut self, devices: Vec<usize>) {
+        self.devices = devices;
+    }
+
+    /// The addressable device of each partition of an SPMD executable
+    /// (empty for a one-device program).
+    pub fn devices(&self) -> &[usize] {
+        &self.devices
     }
 
     /// Records the serialized form this executable was loaded from.

@@ -24,6 +24,9 @@ pub(crate) struct ClientInner {
     pub(crate) raw: NonNull<sys::PJRT_Client>,
     /// Addressable devices, in the plugin's order; owned by the client.
     devices: Vec<NonNull<sys::PJRT_Device>>,
+    /// The global id of each addressable device (what a compiled device
+    /// assignment names), in the same order.
+    ids: Vec<i64>,
 }
 
 // SAFETY: a PJRT client is thread-safe by contract (all client entry points
@@ -53,6 +56,7 @@ impl ClientInner {
             plugin,
             raw,
             devices: Vec::new(),
+            ids: Vec::new(),
         };
 
         let mut d = sys::PJRT_Client_AddressableDevices_Args::new();
@@ -66,7 +70,22 @@ impl ClientInner {
             };
             inner.devices = devs.iter().filter_map(|&p| NonNull::new(p)).collect();
         }
+        for d in &inner.devices {
+            let mut g = sys::PJRT_Device_GetDescription_Args::new();
+            g.device = d.as_ptr();
+            pjrt_call!(&*inner.plugin, PJRT_Device_GetDescription, &mut g)?;
+            let mut i = sys::PJRT_DeviceDescription_Id_Args::new();
+            i.device_description = g.device_description;
+            pjrt_call!(&*inner.plugin, PJRT_DeviceDescription_Id, &mut i)?;
+            inner.ids.push(i64::from(i.id));
+        }
         Ok(Arc::new(inner))
+    }
+
+    /// The global id of addressable device `index`.
+    pub(crate) fn device_id(&self, index: usize, what: &str) -> Result<i64> {
+        self.device(index, what)?;
+        Ok(self.ids[index])
     }
 
     /// Number of addressable devices; valid device indices are `0..count`.

@@ -92,7 +92,9 @@ pub use client::Client;
 pub use error::{Error, ErrorCode, Result};
 pub use executable::{Completion, LoadedExecutable};
 pub use named::{CreateOption, NamedValue};
-pub use options::{compile_options_bytes, compile_options_bytes_with, CompileOverride};
+pub use options::{
+    compile_options_bytes, compile_options_bytes_with, spmd_compile_options_bytes, CompileOverride,
+};
 
 /// A PJRT argument struct that can be created with the right `struct_size`.
 pub(crate) trait PjrtStruct: Sized {
@@ -113,6 +115,8 @@ pjrt_structs! {
     PJRT_Client_PlatformName_Args => PJRT_Client_PlatformName_Args_STRUCT_SIZE,
     PJRT_Client_PlatformVersion_Args => PJRT_Client_PlatformVersion_Args_STRUCT_SIZE,
     PJRT_Client_AddressableDevices_Args => PJRT_Client_AddressableDevices_Args_STRUCT_SIZE,
+    PJRT_Device_GetDescription_Args => PJRT_Device_GetDescription_Args_STRUCT_SIZE,
+    PJRT_DeviceDescription_Id_Args => PJRT_DeviceDescription_Id_Args_STRUCT_SIZE,
     PJRT_Client_Compile_Args => PJRT_Client_Compile_Args_STRUCT_SIZE,
     PJRT_Client_BufferFromHostBuffer_Args => PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE,
     PJRT_Program => PJRT_Program_STRUCT_SIZE,

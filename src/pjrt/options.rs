@@ -90,6 +90,39 @@ pub(crate) struct ExecutableBuildOptionsProto {
     /// `num_partitions = 5`.
     #[prost(int64, tag = "5")]
     pub num_partitions: i64,
+    /// `use_spmd_partitioning = 6`: one program partitioned over
+    /// `num_partitions` devices by XLA's SPMD partitioner.
+    #[prost(bool, tag = "6")]
+    pub use_spmd_partitioning: bool,
+    /// `device_assignment = 9`: which device runs which partition.
+    #[prost(message, optional, tag = "9")]
+    pub device_assignment: Option<DeviceAssignmentProto>,
+    /// `use_shardy_partitioner = 19`: Shardy (`sdy` attributes) rather than
+    /// the deprecated GSPMD `mhlo.sharding` propagation.
+    #[prost(bool, tag = "19")]
+    pub use_shardy_partitioner: bool,
+}
+
+/// `xla.DeviceAssignmentProto`: the device of each (replica, computation).
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct DeviceAssignmentProto {
+    /// `replica_count = 1`.
+    #[prost(int32, tag = "1")]
+    pub replica_count: i32,
+    /// `computation_count = 2` (partitions).
+    #[prost(int32, tag = "2")]
+    pub computation_count: i32,
+    /// `computation_devices = 3`: per partition, its device per replica.
+    #[prost(message, repeated, tag = "3")]
+    pub computation_devices: Vec<ComputationDevice>,
+}
+
+/// `xla.DeviceAssignmentProto.ComputationDevice`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct ComputationDevice {
+    /// `replica_device_ids = 1`: global device ids, one per replica.
+    #[prost(int64, repeated, tag = "1")]
+    pub replica_device_ids: Vec<i64>,
 }
 
 /// A debug option a client adds to (or changes in) lazyfuse's overrides,
@@ -111,6 +144,7 @@ pub(crate) fn compile_options() -> CompileOptionsProto {
         executable_build_options: Some(ExecutableBuildOptionsProto {
             num_replicas: 1,
             num_partitions: 1,
+            ..Default::default()
         }),
         // Without this the executable is bound to device 0 by the default
         // device assignment, and launching it on another device with
@@ -159,7 +193,38 @@ pub fn compile_options_bytes() -> Vec<u8> {
 /// [`compile_options_bytes`] with `extra` debug options set on top (a name
 /// lazyfuse already sets takes the value given here).
 pub fn compile_options_bytes_with(extra: &[CompileOverride]) -> Vec<u8> {
+    with_overrides(compile_options(), extra).encode_to_vec()
+}
+
+/// The serialized options of an SPMD compile: one program partitioned by
+/// Shardy over `device_ids.len()` devices, partition `i` on the device with
+/// global id `device_ids[i]`, with lazyfuse's debug options and `extra`.
+/// Not portable: XLA refuses a portable executable of more than one device.
+pub fn spmd_compile_options_bytes(device_ids: &[i64], extra: &[CompileOverride]) -> Vec<u8> {
+    let n = device_ids.len() as i64;
     let mut o = compile_options();
+    o.compile_portable_executable = false;
+    o.executable_build_options = Some(ExecutableBuildOptionsProto {
+        num_replicas: 1,
+        num_partitions: n,
+        use_spmd_partitioning: true,
+        device_assignment: Some(DeviceAssignmentProto {
+            replica_count: 1,
+            computation_count: n as i32,
+            computation_devices: device_ids
+                .iter()
+                .map(|&id| ComputationDevice {
+                    replica_device_ids: vec![id],
+                })
+                .collect(),
+        }),
+        use_shardy_partitioner: true,
+    });
+    with_overrides(o, extra).encode_to_vec()
+}
+
+/// `o` with `extra` debug options set over lazyfuse's.
+fn with_overrides(mut o: CompileOptionsProto, extra: &[CompileOverride]) -> CompileOptionsProto {
     for e in extra {
         let (name, value) = match e {
             CompileOverride::Str(n, v) => (n, OptionValue::String(v.clone())),
@@ -169,7 +234,7 @@ pub fn compile_options_bytes_with(extra: &[CompileOverride]) -> Vec<u8> {
         o.env_option_overrides
             .insert(name.clone(), OptionOverrideProto { value: Some(value) });
     }
-    o.encode_to_vec()
+    o
 }
 
 #[cfg(test)]
