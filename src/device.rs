@@ -120,6 +120,36 @@ impl Device {
         Device::from_plugin(path)
     }
 
+    /// Device 0 of a CPU client with `n` logical devices (XLA's CPU plugin
+    /// makes 4 by default), for meshes ([`crate::Mesh`]): the devices
+    /// share the host's cores, so this tests sharded programs' correctness
+    /// and communication, not their speed. Each distinct `n` is a client
+    /// of its own, made once per process; `n` must be at least 1.
+    pub fn cpu_with_devices(n: usize) -> Result<Device> {
+        if n == 0 {
+            return Err(Error::Plugin(
+                "a CPU client needs at least one device".into(),
+            ));
+        }
+        let path =
+            crate::plugin::default_plugin_path().map_err(|e| Error::Plugin(e.to_string()))?;
+        let setup = ClientSetup {
+            create: vec![crate::pjrt::CreateOption::new(
+                "cpu_device_count",
+                crate::pjrt::NamedValue::Int(n as i64),
+            )],
+            compile: Vec::new(),
+        };
+        static SIZED: OnceLock<Mutex<HashMap<usize, Arc<ClientEntry>>>> = OnceLock::new();
+        let mut sized = SIZED.get_or_init(Default::default).lock();
+        if let Some(c) = sized.get(&n) {
+            return Ok(Device::new(c, 0));
+        }
+        let c = ClientEntry::new(Runtime::load(&path, &setup)?, setup);
+        sized.insert(n, c.clone());
+        Ok(Device::new(&c, 0))
+    }
+
     /// Device 0 of the PJRT plugin at `path` (loaded once per process).
     pub fn from_plugin(path: impl AsRef<Path>) -> Result<Device> {
         Ok(Device::new(
@@ -242,6 +272,25 @@ impl Device {
     /// True when both handles name the same device of the same client.
     pub fn same_device(&self, other: &Device) -> bool {
         self.rt.id == other.rt.id && self.ordinal == other.ordinal
+    }
+}
+
+impl crate::spmd::Mesh {
+    /// A mesh with named axes over the devices of `device`'s client, in
+    /// order: `&[("dp", 4)]`, or `&[("dp", 2), ("tp", 2)]` (row-major, the
+    /// last axis fastest). `Err` for a mesh larger than the client (see
+    /// [`Device::cpu_with_devices`]), an axis named twice or of size 0, or
+    /// the interpreter device (it has no SPMD programs).
+    #[track_caller]
+    pub fn new(device: &Device, axes: &[(&str, usize)]) -> Result<crate::spmd::Mesh> {
+        let at = std::panic::Location::caller();
+        let fail = |m: String| Error::op("Mesh::new", m, format!("{device:?}"), at);
+        if device.is_interpreter() {
+            return Err(fail(
+                "the interpreter device runs no SPMD programs; use a PJRT device".into(),
+            ));
+        }
+        crate::spmd::Mesh::build(device.client_id(), device.device_count(), axes).map_err(fail)
     }
 }
 

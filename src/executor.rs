@@ -417,6 +417,13 @@ fn run_region(
     }
     args.extend(packed.iter().map(|b| &**b));
     let describe = |stage: &'static str, e: Error| region_error(graph, region, stage, e.message());
+    if let Some(mesh) = args
+        .iter()
+        .find_map(|b| b.sharding())
+        .map(|s| s.mesh().clone())
+    {
+        return run_spmd_region(rt, graph, region, &args, &mesh);
+    }
     let exe = rt
         .compile_or_fetch(graph, region, || crate::explain::on_compile(graph, region))
         .map_err(|e| describe("compile", e))?;
@@ -437,6 +444,56 @@ fn run_region(
         .collect();
     rt.launch(&exe, &args, &donate, ordinal, &outs)
         .map_err(|e| describe("execution", e))
+}
+
+/// Compiles (or fetches) and launches a region with a sharded argument as
+/// one SPMD program over `mesh` (`args` in launch order: buffer
+/// parameters, then scalar packs). One-device arguments take part as
+/// replicated; results are sharded as propagation says.
+fn run_spmd_region(
+    rt: &Runtime,
+    graph: &Graph,
+    region: &Region,
+    args: &[&DeviceBuffer],
+    mesh: &crate::spmd::Mesh,
+) -> Result<(Vec<Arc<DeviceBuffer>>, Option<crate::backend::Completion>)> {
+    use crate::spmd::{Sharding, SpmdLayout};
+    let mut buffers = args.iter();
+    let params: Vec<Sharding> = region
+        .params
+        .iter()
+        .enumerate()
+        .map(|(k, &p)| {
+            let rank = graph.node(p).shape.rank();
+            if region.is_lifted(k) {
+                return Sharding::replicated(mesh, rank);
+            }
+            match buffers.next().and_then(|b| b.sharding()) {
+                Some(s) => s.clone(),
+                None => Sharding::replicated(mesh, rank),
+            }
+        })
+        .collect();
+    let layout = SpmdLayout::new(graph, region, mesh, params);
+    let describe = |stage: &'static str, e: Error| region_error(graph, region, stage, e.message());
+    let exe = rt
+        .compile_or_fetch_spmd(graph, region, &layout, || {
+            crate::explain::on_compile(graph, region)
+        })
+        .map_err(|e| describe("compile", e))?;
+    let outs: Vec<_> = region
+        .outputs
+        .iter()
+        .map(|&o| {
+            let n = graph.node(o);
+            (n.shape.clone(), n.dtype)
+        })
+        .collect();
+    rt.launch_spmd(&exe, args, &layout, &outs)
+        .map_err(|e| match e {
+            e @ Error::Pjrt(_) => e,
+            e => describe("execution", e),
+        })
 }
 
 /// `op @ file:line` for the region's ops (at most 8, then a count).

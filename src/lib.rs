@@ -42,6 +42,7 @@ mod persist;
 pub mod pjrt;
 pub mod plugin;
 mod runtime;
+mod spmd;
 mod tensor;
 #[doc(hidden)]
 pub mod testing;
@@ -57,6 +58,7 @@ pub use error::{Error, Result};
 pub use lazy::{pending_ops, set_fusion, FusionGuard};
 pub use lazyfuse_ir::{DType, Element, HostTensor, Shape};
 pub use plugin::cuda::CudaOptions;
+pub use spmd::{Mesh, Sharding};
 pub use tensor::dynamic::sites::reset_dynamic_sites;
 pub use tensor::{flush, realize_all, sync, Tensor};
 

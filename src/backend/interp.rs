@@ -188,7 +188,7 @@ impl Backend for InterpBackend {
     fn wait(&self, done: Completion) -> Result<()> {
         match done {
             Completion::Done => Ok(()),
-            Completion::Pjrt(_) => Err(foreign("completion")),
+            Completion::Pjrt(_) | Completion::PjrtAll(_) => Err(foreign("completion")),
         }
     }
 }

@@ -21,6 +21,7 @@ mod pjrt;
 pub(crate) use interp::InterpBackend;
 pub(crate) use pjrt::{ClientSetup, PjrtBackend};
 
+use crate::spmd::SpmdLayout;
 use crate::Result;
 use lazyfuse_fusion::{Region, RegionKey};
 use lazyfuse_ir::{DType, Graph, HostTensor, Shape};
@@ -45,6 +46,8 @@ pub(crate) enum RawExecutable {
 pub(crate) enum Completion {
     /// A PJRT execution's completion event.
     Pjrt(crate::pjrt::Completion),
+    /// The completions of one SPMD execution, one per device.
+    PjrtAll(Vec<crate::pjrt::Completion>),
     /// Finished when launched (the interpreter runs synchronously).
     Done,
 }
@@ -81,6 +84,34 @@ pub(crate) trait Backend: Send + Sync {
     ) -> Result<(Vec<RawBuffer>, Completion)>;
     /// Waits for an execution launched by [`Backend::execute`].
     fn wait(&self, done: Completion) -> Result<()>;
+    /// Compiles `region` as one SPMD program over `layout`'s mesh, its
+    /// parameters and results sharded as `layout` says.
+    fn compile_spmd(
+        &self,
+        _key: RegionKey,
+        _graph: &Graph,
+        _region: &Region,
+        _layout: &SpmdLayout,
+        _on_compile: &mut dyn FnMut(),
+    ) -> Result<RawExecutable> {
+        Err(no_spmd(&self.platform_name()))
+    }
+    /// Launches an SPMD executable: `args[p]` are the shards of partition
+    /// `p`. Returns each partition's results.
+    fn execute_spmd(
+        &self,
+        _exe: &RawExecutable,
+        _args: &[Vec<&RawBuffer>],
+    ) -> Result<(Vec<Vec<RawBuffer>>, Completion)> {
+        Err(no_spmd(&self.platform_name()))
+    }
+}
+
+/// The error of a backend without SPMD programs.
+fn no_spmd(platform: &str) -> crate::Error {
+    crate::Error::Pjrt(format!(
+        "sharded tensors need a PJRT client with several devices; the {platform} device has none"
+    ))
 }
 
 /// The error a backend returns when handed the other backend's value.

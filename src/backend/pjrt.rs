@@ -5,6 +5,7 @@
 
 use super::{foreign, Backend, Completion, RawBuffer, RawExecutable};
 use crate::metrics::{self, COUNTERS as C};
+use crate::spmd::SpmdLayout;
 use crate::{pjrt, Result};
 use lazyfuse_fusion::{Region, RegionKey};
 use lazyfuse_ir::{DType, Graph, HostTensor, Shape};
@@ -33,11 +34,18 @@ const COMPILE_STACK: usize = 256 << 20;
 /// compiles run on executor threads, or on the caller's with
 /// `TPU_LAUNCH_BLOCKING=1`, whose stacks lazyfuse does not choose.
 fn compile_on_big_stack(client: &pjrt::Client, text: &str) -> Result<pjrt::LoadedExecutable> {
+    on_big_stack(|| client.compile(text))
+}
+
+/// Runs the compile `f` on a thread with [`COMPILE_STACK`].
+fn on_big_stack(
+    f: impl FnOnce() -> pjrt::Result<pjrt::LoadedExecutable> + Send,
+) -> Result<pjrt::LoadedExecutable> {
     std::thread::scope(|s| {
         std::thread::Builder::new()
             .name("lazyfuse-compile".into())
             .stack_size(COMPILE_STACK)
-            .spawn_scoped(s, || client.compile(text))
+            .spawn_scoped(s, f)
             .map_err(|e| crate::Error::internal(format!("spawning a compile thread: {e}")))?
             .join()
             .map_err(|_| crate::Error::internal("the compile thread panicked"))?
@@ -154,7 +162,63 @@ impl Backend for PjrtBackend {
     fn wait(&self, done: Completion) -> Result<()> {
         match done {
             Completion::Pjrt(c) => Ok(c.wait()?),
+            Completion::PjrtAll(all) => {
+                // Await every device before reporting the first error.
+                let results: Vec<pjrt::Result<()>> = all.into_iter().map(|c| c.wait()).collect();
+                results.into_iter().collect::<pjrt::Result<()>>()?;
+                Ok(())
+            }
             Completion::Done => Ok(()),
         }
+    }
+
+    fn compile_spmd(
+        &self,
+        key: RegionKey,
+        graph: &Graph,
+        region: &Region,
+        layout: &SpmdLayout,
+        on_compile: &mut dyn FnMut(),
+    ) -> Result<RawExecutable> {
+        let text = crate::lower::lower_region_spmd(graph, region, layout);
+        crate::dump::region_text(key, &text);
+        on_compile();
+        let _span =
+            tracing::debug_span!("compile_spmd", region = %key, bytes = text.len()).entered();
+        let t0 = Instant::now();
+        let devices = layout.mesh.devices();
+        let result = on_big_stack(|| self.client.compile_spmd(&text, devices));
+        metrics::add(&C.compile_ns, t0.elapsed().as_nanos() as u64);
+        metrics::observe_since(metrics::Phase::Compile, t0);
+        let exe = result?;
+        metrics::add(&C.compiles, 1);
+        Ok(RawExecutable::Pjrt(exe))
+    }
+
+    fn execute_spmd(
+        &self,
+        exe: &RawExecutable,
+        args: &[Vec<&RawBuffer>],
+    ) -> Result<(Vec<Vec<RawBuffer>>, Completion)> {
+        let RawExecutable::Pjrt(exe) = exe else {
+            return Err(foreign("executable"));
+        };
+        let lists = args
+            .iter()
+            .map(|l| {
+                l.iter()
+                    .map(|a| match a {
+                        RawBuffer::Pjrt(b) => Ok(b),
+                        RawBuffer::Host(_) => Err(foreign("argument")),
+                    })
+                    .collect::<Result<Vec<&pjrt::Buffer>>>()
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let (outs, done) = exe.launch_spmd(&lists, &[])?;
+        let outs = outs
+            .into_iter()
+            .map(|l| l.into_iter().map(RawBuffer::Pjrt).collect())
+            .collect();
+        Ok((outs, Completion::PjrtAll(done)))
     }
 }

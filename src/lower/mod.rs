@@ -13,6 +13,7 @@ mod fold;
 mod index;
 mod ops;
 
+use crate::spmd::SpmdLayout;
 use emit::Emitter;
 use lazyfuse_fusion::Region;
 use lazyfuse_ir::Graph;
@@ -23,6 +24,18 @@ use lazyfuse_ir::Graph;
 /// index), then one rank-1 argument per scalar pack (`%pack<j>`), each
 /// lifted scalar being a slice of its pack (see [`Region::scalar_packs`]).
 pub fn lower_region(graph: &Graph, region: &Region) -> String {
+    lower(graph, region, None)
+}
+
+/// Lowers `region` as one SPMD program over `layout`'s mesh: the module
+/// declares the mesh (`sdy.mesh`), and every parameter and result carries
+/// its `#sdy.sharding` (scalar packs replicated). XLA's Shardy partitioner
+/// inserts the collectives; nothing is donated.
+pub(crate) fn lower_region_spmd(graph: &Graph, region: &Region, layout: &SpmdLayout) -> String {
+    lower(graph, region, Some(layout))
+}
+
+fn lower(graph: &Graph, region: &Region, layout: Option<&SpmdLayout>) -> String {
     let mut e = Emitter::new(graph);
     let mut params: Vec<String> = Vec::with_capacity(region.params.len());
     for (i, &p) in region.params.iter().enumerate() {
@@ -33,9 +46,10 @@ pub fn lower_region(graph: &Graph, region: &Region) -> String {
         let name = format!("%arg{i}");
         e.bind(p, name.clone());
         // A donated parameter: XLA may write this output into its buffer.
-        let alias = match region.aliases.iter().find(|(k, _)| *k == i) {
-            Some((_, j)) => format!(" {{tf.aliasing_output = {j} : i32}}"),
-            None => String::new(),
+        let alias = match (layout, region.aliases.iter().find(|(k, _)| *k == i)) {
+            (Some(l), _) => format!(" {{sdy.sharding = {}}}", l.params[i].sdy()),
+            (None, Some((_, j))) => format!(" {{tf.aliasing_output = {j} : i32}}"),
+            (None, None) => String::new(),
         };
         params.push(format!("{name}: {}{alias}", emit::ty(&n.shape, n.dtype)));
     }
@@ -43,7 +57,14 @@ pub fn lower_region(graph: &Graph, region: &Region) -> String {
         let name = format!("%pack{j}");
         let n = pack.params.len();
         let packed = lazyfuse_ir::Shape::new(&[n]);
-        params.push(format!("{name}: {}", emit::ty(&packed, pack.dtype)));
+        let replicated = match layout {
+            Some(_) => " {sdy.sharding = #sdy.sharding<@mesh, [{}]>}",
+            None => "",
+        };
+        params.push(format!(
+            "{name}: {}{replicated}",
+            emit::ty(&packed, pack.dtype)
+        ));
         for (slot, &k) in pack.params.iter().enumerate() {
             let p = region.params[k];
             e.set_loc("constant", graph.node(p).origin);
@@ -64,11 +85,30 @@ pub fn lower_region(graph: &Graph, region: &Region) -> String {
     }
     let rets: Vec<String> = region.outputs.iter().map(|&o| e.value(o)).collect();
     let mut s = String::with_capacity(e.body.len() + 256);
-    s.push_str("module @lazyfuse_region {\n");
+    let signature = match layout {
+        None => results.join(", "),
+        Some(l) => results
+            .iter()
+            .zip(&l.outputs)
+            .map(|(t, sh)| format!("{t} {{sdy.sharding = {}}}", sh.sdy()))
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
+    match layout {
+        None => s.push_str("module @lazyfuse_region {\n"),
+        Some(l) => {
+            s.push_str(&format!(
+                "module @lazyfuse_region attributes {{mhlo.num_partitions = {} : i32, \
+                 mhlo.num_replicas = 1 : i32}} {{\n  {}\n",
+                l.mesh.size(),
+                crate::spmd::sdy_mesh(&l.mesh)
+            ));
+        }
+    }
     s.push_str(&format!(
         "  func.func public @main({}) -> ({}) {{\n",
         params.join(", "),
-        results.join(", ")
+        signature
     ));
     s.push_str(&e.body);
     s.push_str(&format!(

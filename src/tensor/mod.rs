@@ -12,6 +12,7 @@ pub(crate) mod dynamic;
 mod index;
 mod ops;
 mod overload;
+mod shard;
 
 use crate::lazy::{LazyArg, TensorInner};
 use crate::metrics::FlushReason;

@@ -12,6 +12,7 @@ use crate::backend::{
     Backend, ClientSetup, Completion, InterpBackend, PjrtBackend, RawBuffer, RawExecutable,
 };
 use crate::metrics::{self, COUNTERS as C};
+use crate::spmd::{Mesh, Sharding};
 use crate::{Error, Result};
 use lazyfuse_fusion::{Region, RegionKey};
 use lazyfuse_ir::{DType, Graph, HostTensor, Literal, Shape};
@@ -24,21 +25,39 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+mod spmd;
+
 /// A device-resident array. Owned by `Arc` so tensors, pending graphs and
 /// in-flight regions can share it; the backend buffer is destroyed exactly
 /// once when the last holder drops.
 pub struct DeviceBuffer {
-    raw: RawBuffer,
-    /// The array's dimensions.
+    place: Placement,
+    /// The array's dimensions (for a sharded array, the global ones).
     pub shape: Shape,
     /// The array's element type.
     pub dtype: DType,
+    /// Bytes held on devices (every shard counted).
     bytes: usize,
+    /// A one-device array's copies on every device of a mesh, made when it
+    /// first joins a sharded computation as replicated (`spmd.rs`).
+    replicas: Mutex<Option<(Mesh, Arc<Vec<RawBuffer>>)>>,
+}
+
+/// Where a [`DeviceBuffer`]'s bytes are.
+enum Placement {
+    /// One array on one device.
+    One(RawBuffer),
+    /// One shard per mesh position, laid out as the sharding says.
+    Shards(Sharding, Arc<Vec<RawBuffer>>),
 }
 
 impl DeviceBuffer {
     fn new(raw: RawBuffer, shape: Shape, dtype: DType) -> Arc<Self> {
         let bytes = shape.numel() * dtype.size_in_bytes();
+        Self::with_placement(Placement::One(raw), shape, dtype, bytes)
+    }
+
+    fn with_placement(place: Placement, shape: Shape, dtype: DType, bytes: usize) -> Arc<Self> {
         metrics::add(&C.live_buffers, 1);
         let now = C
             .live_buffer_bytes
@@ -46,11 +65,30 @@ impl DeviceBuffer {
         C.peak_live_buffer_bytes
             .fetch_max(now + bytes as u64, std::sync::atomic::Ordering::Relaxed);
         Arc::new(DeviceBuffer {
-            raw,
+            place,
             shape,
             dtype,
             bytes,
+            replicas: Mutex::new(None),
         })
+    }
+
+    /// The sharding of a sharded array (`None` for a one-device array).
+    pub fn sharding(&self) -> Option<&Sharding> {
+        match &self.place {
+            Placement::Shards(s, _) => Some(s),
+            Placement::One(_) => None,
+        }
+    }
+
+    /// The one-device backend buffer (`Err` for a sharded array).
+    fn one(&self) -> Result<&RawBuffer> {
+        match &self.place {
+            Placement::One(r) => Ok(r),
+            Placement::Shards(s, _) => Err(Error::internal(format!(
+                "a sharded array ({s:?}) reached a one-device computation"
+            ))),
+        }
     }
 }
 
@@ -226,10 +264,13 @@ impl Runtime {
 
     /// Copies a device buffer back to the host.
     pub fn download(&self, buf: &DeviceBuffer) -> Result<HostTensor> {
+        if let Placement::Shards(sharding, shards) = &buf.place {
+            return self.assemble(buf, sharding, shards);
+        }
         let _span = tracing::debug_span!("d2h", bytes = buf.bytes).entered();
         let t0 = Instant::now();
         let mut bytes = vec![0u8; buf.bytes];
-        self.backend.download(&buf.raw, &mut bytes)?;
+        self.backend.download(buf.one()?, &mut bytes)?;
         metrics::observe_since(metrics::Phase::DeviceToHost, t0);
         metrics::add(&C.d2h_transfers, 1);
         metrics::add(&C.d2h_bytes, bytes.len() as u64);
@@ -277,7 +318,10 @@ impl Runtime {
         ordinal: usize,
         outputs: &[(Shape, DType)],
     ) -> Result<(Vec<Arc<DeviceBuffer>>, Option<Completion>)> {
-        let raw: smallvec::SmallVec<[&RawBuffer; 8]> = args.iter().map(|b| &b.raw).collect();
+        let raw = args
+            .iter()
+            .map(|b| b.one())
+            .collect::<Result<smallvec::SmallVec<[&RawBuffer; 8]>>>()?;
         let _span = tracing::debug_span!(
             "execute",
             args = args.len(),

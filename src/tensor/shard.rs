@@ -1,0 +1,54 @@
+//! Placing tensors on a device mesh: split (`shard`), copied everywhere
+//! (`replicate`), and asking where a tensor lives (`sharding`). A sharded
+//! tensor is an ordinary tensor: every op records on it as usual, and the
+//! regions that read it run as SPMD programs over its mesh.
+
+use super::Tensor;
+use crate::metrics::FlushReason;
+use crate::spmd::{Mesh, Sharding};
+use crate::{Error, Result};
+use std::panic::Location;
+
+impl Tensor {
+    /// This tensor's value split over `mesh`: dimension `d` is divided
+    /// over mesh axis `spec[d]` (`None`: not split); mesh axes `spec` does
+    /// not name are replicated. A sync point (the value is computed, then
+    /// its shards are placed on the mesh's devices).
+    ///
+    /// `Err` at the call site for a spec of the wrong length, an unknown
+    /// axis, an axis named twice, a dimension the axis does not divide, or
+    /// a tensor of another client than the mesh's.
+    #[track_caller]
+    pub fn shard(&self, mesh: &Mesh, spec: &[Option<&str>]) -> Result<Tensor> {
+        let at = Location::caller();
+        let fail = |m: String| Error::op("shard", m, self.describe(), at);
+        if self.device().client_id() != mesh.client() {
+            return Err(fail(format!(
+                "the tensor is on {:?}, a client other than the mesh {mesh}'s",
+                self.device()
+            )));
+        }
+        let host = self.to_host()?;
+        let sharding = Sharding::new(mesh, &host.shape, spec).map_err(fail)?;
+        let buf = self.device().rt.upload_sharded(&host, &sharding)?;
+        Ok(Tensor::ready(buf, self.device()))
+    }
+
+    /// This tensor's value copied to every device of `mesh` (a sync
+    /// point). Tensors of the mesh's client that were never placed on it
+    /// combine with sharded ones as replicated anyway; this makes the copy
+    /// explicit and up front.
+    #[track_caller]
+    pub fn replicate(&self, mesh: &Mesh) -> Result<Tensor> {
+        let spec = vec![None; self.dims().len()];
+        self.shard(mesh, &spec)
+    }
+
+    /// Where this tensor lives: its sharding when it is on a mesh, `None`
+    /// when it is an ordinary one-device tensor. A sync point: a pending
+    /// value's sharding is the one the computation producing it gives.
+    pub fn sharding(&self) -> Result<Option<Sharding>> {
+        let buf = self.materialize(FlushReason::Realize)?;
+        Ok(buf.sharding().cloned())
+    }
+}

@@ -1,0 +1,163 @@
+//! Sharded tensors on a mesh of logical CPU devices (issue 12): ordinary
+//! ops on them give the single-device results, fused and unfused; their
+//! regions compile once as SPMD programs; bad placements are `Err`s.
+
+use lazyfuse::{Device, FusionGuard, Mesh, Tensor};
+
+fn dev8() -> Device {
+    Device::cpu_with_devices(8).unwrap()
+}
+
+fn data(n: usize, seed: u32) -> Vec<f32> {
+    (0..n)
+        .map(|i| (((i as u32).wrapping_mul(2654435761) ^ seed) % 1000) as f32 / 250.0 - 2.0)
+        .collect()
+}
+
+fn close(a: &[f32], b: &[f32], what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}");
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!(
+            (x - y).abs() <= 1e-5 * (1.0 + y.abs()),
+            "{what}[{i}]: {x} vs {y}"
+        );
+    }
+}
+
+/// `relu(x @ w + b)`, its row sums and its total, on tensors of `dev`.
+fn forward(x: &Tensor, w: &Tensor, b: &Tensor) -> (Vec<f32>, Vec<f32>, f32) {
+    let h = x.matmul(w).unwrap().add(b).unwrap().relu().unwrap();
+    let rows = h.sum(&[1], false).unwrap();
+    let total = h.sum_all().unwrap();
+    (
+        h.to_vec::<f32>().unwrap(),
+        rows.to_vec::<f32>().unwrap(),
+        total.item::<f32>().unwrap(),
+    )
+}
+
+#[test]
+fn a_client_with_eight_devices_and_its_meshes() {
+    let d = dev8();
+    assert_eq!(d.device_count(), 8);
+    let m = Mesh::new(&d, &[("dp", 2), ("tp", 4)]).unwrap();
+    assert_eq!(m.size(), 8);
+    assert_eq!(m.to_string(), "[dp=2, tp=4]");
+    assert!(
+        Mesh::new(&d, &[("dp", 16)]).is_err(),
+        "larger than the client"
+    );
+    assert!(
+        Mesh::new(&d, &[("dp", 2), ("dp", 2)]).is_err(),
+        "an axis twice"
+    );
+    assert!(Mesh::new(&d, &[("dp", 0)]).is_err(), "size 0");
+    assert!(Mesh::new(&d, &[]).is_err(), "no axis");
+    assert!(Mesh::new(&Device::interpreter(), &[("dp", 1)]).is_err());
+}
+
+#[test]
+fn ops_on_sharded_inputs_equal_the_single_device_results() {
+    let d = dev8();
+    let (xs, ws, bs) = (data(8 * 8, 1), data(8 * 4, 2), data(4, 3));
+    let single = {
+        let x = Tensor::from_slice(&xs, &[8, 8], &d).unwrap();
+        let w = Tensor::from_slice(&ws, &[8, 4], &d).unwrap();
+        let b = Tensor::from_slice(&bs, &[4], &d).unwrap();
+        forward(&x, &w, &b)
+    };
+    let dp = Mesh::new(&d, &[("dp", 4)]).unwrap();
+    let grid = Mesh::new(&d, &[("dp", 2), ("tp", 2)]).unwrap();
+    type Spec = [Option<&'static str>; 2];
+    let cases: [(&Mesh, Spec, Spec); 5] = [
+        // Data parallel: rows of x split, w replicated (never placed).
+        (&dp, [Some("dp"), None], [None, None]),
+        // The contraction split: XLA sums partial products.
+        (&dp, [None, None], [Some("dp"), None]),
+        // Column split of w.
+        (&dp, [None, None], [None, Some("dp")]),
+        // 2-D: rows over dp, columns of w over tp.
+        (&grid, [Some("dp"), None], [None, Some("tp")]),
+        // Both over one 2-D mesh's axes, the contraction on tp.
+        (&grid, [Some("dp"), Some("tp")], [Some("tp"), None]),
+    ];
+    for fuse in [true, false] {
+        let _g = FusionGuard::new(fuse);
+        for (mesh, xspec, wspec) in &cases {
+            let what = format!("fused {fuse}, x {xspec:?}, w {wspec:?} over {mesh}");
+            let x = Tensor::from_slice(&xs, &[8, 8], &d).unwrap();
+            let x = x.shard(mesh, xspec).unwrap();
+            let w = Tensor::from_slice(&ws, &[8, 4], &d).unwrap();
+            let w = if wspec.iter().any(Option::is_some) {
+                w.shard(mesh, wspec).unwrap()
+            } else {
+                w
+            };
+            let b = Tensor::from_slice(&bs, &[4], &d).unwrap();
+            let (h, rows, total) = forward(&x, &w, &b);
+            close(&h, &single.0, &format!("{what}: h"));
+            close(&rows, &single.1, &format!("{what}: row sums"));
+            close(&[total], &[single.2], &format!("{what}: total"));
+        }
+    }
+}
+
+#[test]
+fn shardings_propagate_through_ops() {
+    let d = dev8();
+    let mesh = Mesh::new(&d, &[("dp", 4)]).unwrap();
+    let x = Tensor::from_slice(&data(8 * 6, 4), &[8, 6], &d).unwrap();
+    let x = x.shard(&mesh, &[Some("dp"), None]).unwrap();
+    let s = x.sharding().unwrap().unwrap();
+    assert_eq!(s.spec(), [Some("dp"), None]);
+    assert_eq!(s.shard_shape(&lazyfuse::Shape::new(&[8, 6])).dims(), [2, 6]);
+    // Elementwise keeps rows split; a transpose moves the split.
+    let y = x.exp().unwrap();
+    assert_eq!(y.sharding().unwrap().unwrap().spec(), [Some("dp"), None]);
+    let t = x
+        .transpose(0, 1)
+        .unwrap()
+        .mul(&x.transpose(0, 1).unwrap())
+        .unwrap();
+    assert_eq!(t.sharding().unwrap().unwrap().spec(), [None, Some("dp")]);
+    // Summing the split dimension away replicates.
+    let c = x.sum(&[0], false).unwrap();
+    assert!(c.sharding().unwrap().unwrap().is_replicated());
+    // A one-device tensor is not on a mesh.
+    let plain = Tensor::from_slice(&[1.0f32, 2.0], &[2], &d).unwrap();
+    assert!(plain.sharding().unwrap().is_none());
+    // Replicate: every device holds the whole value.
+    let r = plain.replicate(&mesh).unwrap();
+    assert!(r.sharding().unwrap().unwrap().is_replicated());
+    assert_eq!(r.to_vec::<f32>().unwrap(), [1.0, 2.0]);
+}
+
+#[test]
+fn bad_placements_are_errs_at_the_call_site() {
+    let d = dev8();
+    let mesh = Mesh::new(&d, &[("dp", 4)]).unwrap();
+    let x = Tensor::from_slice(&data(6 * 4, 5), &[6, 4], &d).unwrap();
+    let e = x.shard(&mesh, &[Some("dp"), None]).unwrap_err().to_string();
+    assert!(
+        e.contains("does not divide") && e.contains("tests/spmd.rs"),
+        "{e}"
+    );
+    let e = x.shard(&mesh, &[None, Some("tp")]).unwrap_err().to_string();
+    assert!(e.contains("no axis \"tp\""), "{e}");
+    assert!(x.shard(&mesh, &[None]).is_err(), "one entry per dimension");
+    let grid = Mesh::new(&d, &[("a", 2), ("b", 2)]).unwrap();
+    assert!(
+        x.shard(&grid, &[Some("a"), Some("a")]).is_err(),
+        "an axis twice"
+    );
+    // A tensor of another client.
+    let other = Tensor::from_slice(&[1.0f32; 4], &[4], &Device::cpu().unwrap()).unwrap();
+    assert!(other.shard(&mesh, &[Some("dp")]).is_err());
+    // Two meshes in one computation: an error, and the runtime goes on.
+    let m2 = Mesh::new(&d, &[("dp", 2)]).unwrap();
+    let a = x.shard(&mesh, &[None, Some("dp")]).unwrap();
+    let b = x.shard(&m2, &[None, Some("dp")]).unwrap();
+    let e = a.add(&b).and_then(|s| s.to_vec::<f32>()).unwrap_err();
+    assert!(e.to_string().contains("two meshes"), "{e}");
+    assert_eq!(a.add(&a).unwrap().to_vec::<f32>().unwrap().len(), 24);
+}
