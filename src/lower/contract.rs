@@ -23,6 +23,26 @@ pub(super) fn reduce(
     if axes.is_empty() {
         return x.to_string();
     }
+    if e.spmd && dt.is_float() && matches!(op, ReduceOp::Max | ReduceOp::Min) {
+        return spmd_extremum(e, op, x, in_shape, axes, keepdim, out_shape, dt);
+    }
+    reduce_body(e, op, x, in_shape, axes, keepdim, out_shape, dt, false)
+}
+
+/// [`reduce`]'s `stablehlo.reduce`; `plain`: a float max/min body without
+/// the NaN selection (see [`spmd_extremum`]).
+#[allow(clippy::too_many_arguments)]
+fn reduce_body(
+    e: &mut Emitter<'_>,
+    op: ReduceOp,
+    x: &str,
+    in_shape: &Shape,
+    axes: &[usize],
+    keepdim: bool,
+    out_shape: &Shape,
+    dt: DType,
+    plain: bool,
+) -> String {
     // Half-precision sums accumulate in f32, as a serious runtime must.
     let acc =
         if matches!(dt, DType::BF16 | DType::F16) && matches!(op, ReduceOp::Sum | ReduceOp::Mean) {
@@ -42,7 +62,7 @@ pub(super) fn reduce(
     let st = ty(&Shape::scalar(), acc);
     let sb = ty(&Shape::scalar(), DType::Bool);
     // Float max/min select NaN operands explicitly (see `extremum`).
-    let combine = if acc.is_float() && body != "stablehlo.add" {
+    let combine = if acc.is_float() && body != "stablehlo.add" && !plain {
         let ne = compare_attr(CmpOp::Ne, acc);
         format!(
             "      {r}an = \"stablehlo.compare\"({r}a, {r}a) {{{ne}}} : ({st}, {st}) -> {sb}\n      {r}bn = \"stablehlo.compare\"({r}b, {r}b) {{{ne}}} : ({st}, {st}) -> {sb}\n      {r}d = \"stablehlo.select\"({r}bn, {r}b, {r}m) : ({sb}, {st}, {st}) -> {st}\n      {r}c = \"stablehlo.select\"({r}an, {r}a, {r}d) : ({sb}, {st}, {st}) -> {st}\n"
@@ -69,6 +89,56 @@ pub(super) fn reduce(
         v = e.eltwise("stablehlo.divide", &[&v, &c], &flat, acc, acc);
     }
     let v = e.convert(&v, &flat, acc, dt);
+    if keepdim {
+        e.reshape(&v, &flat, out_shape, dt)
+    } else {
+        v
+    }
+}
+
+/// A float max/min reduction in an SPMD program: XLA's partitioner turns
+/// only plain bodies into all-reduces ("Unsupported reduction computation"
+/// for the NaN-selecting one), so NaN propagation is made separately: the
+/// plain extremum, replaced by NaN where any reduced element is NaN (a
+/// count of NaNs, itself a plain sum).
+#[allow(clippy::too_many_arguments)]
+fn spmd_extremum(
+    e: &mut Emitter<'_>,
+    op: ReduceOp,
+    x: &str,
+    in_shape: &Shape,
+    axes: &[usize],
+    keepdim: bool,
+    out_shape: &Shape,
+    dt: DType,
+) -> String {
+    let flat = lazyfuse_ir::reduced_shape(in_shape, axes, false);
+    let plain = reduce_body(e, op, x, in_shape, axes, false, &flat, dt, true);
+    let b = ty(in_shape, DType::Bool);
+    let t = ty(in_shape, dt);
+    let isnan = e.op(
+        "stablehlo.compare",
+        &[(x, t.clone()), (x, t)],
+        &compare_attr(CmpOp::Ne, dt),
+        &b,
+    );
+    let ones = e.convert(&isnan, in_shape, DType::Bool, DType::I32);
+    let nans = reduce(e, ReduceOp::Sum, &ones, in_shape, axes, false, &flat, DType::I32);
+    let zero = e.constant(Literal::Int(0), &flat, DType::I32);
+    let any = e.op(
+        "stablehlo.compare",
+        &[(&nans, ty(&flat, DType::I32)), (&zero, ty(&flat, DType::I32))],
+        &compare_attr(CmpOp::Gt, DType::I32),
+        &ty(&flat, DType::Bool),
+    );
+    let nan = e.constant(Literal::Float(f64::NAN), &flat, dt);
+    let tf = ty(&flat, dt);
+    let v = e.op(
+        "stablehlo.select",
+        &[(&any, ty(&flat, DType::Bool)), (&nan, tf.clone()), (&plain, tf.clone())],
+        "",
+        &tf,
+    );
     if keepdim {
         e.reshape(&v, &flat, out_shape, dt)
     } else {

@@ -66,6 +66,9 @@ pub struct Emitter<'g> {
     /// The value of each node known when lowering to be one scalar
     /// repeated (constants, and what `fold.rs` computes from them), rank 0.
     splats: Vec<Option<HostTensor>>,
+    /// Lowering one SPMD program: reductions must use bodies XLA's
+    /// partitioner can turn into all-reduces.
+    pub spmd: bool,
 }
 
 impl<'g> Emitter<'g> {
@@ -78,6 +81,7 @@ impl<'g> Emitter<'g> {
             next: 0,
             loc: String::new(),
             splats: vec![None; graph.len()],
+            spmd: false,
         }
     }
 

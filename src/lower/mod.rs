@@ -37,6 +37,7 @@ pub(crate) fn lower_region_spmd(graph: &Graph, region: &Region, layout: &SpmdLay
 
 fn lower(graph: &Graph, region: &Region, layout: Option<&SpmdLayout>) -> String {
     let mut e = Emitter::new(graph);
+    e.spmd = layout.is_some();
     let mut params: Vec<String> = Vec::with_capacity(region.params.len());
     for (i, &p) in region.params.iter().enumerate() {
         if region.is_lifted(i) {

@@ -10,6 +10,7 @@ mod attention;
 mod io;
 mod kv;
 mod layers;
+pub mod parallel;
 
 pub use attention::{Block, CausalSelfAttention};
 pub use io::{load, load_tensors, save, save_tensors};

@@ -35,11 +35,40 @@ pub(crate) fn output_shardings(
         let axes = node_axes(graph, id, mesh, &known);
         known.insert(id, axes);
     }
+    hint_backward(graph, region, &mut known);
     region
         .outputs
         .iter()
         .map(|o| Sharding::from_axes(mesh, known[o].clone()))
         .collect()
+}
+
+/// Gives an unsplit value computed in the region the split of an
+/// elementwise op of the same shape that consumes it, walking back from
+/// the results: a gradient that updates a split parameter (`w - lr * g`,
+/// or through an optimizer's moments) is then returned split like it, and
+/// XLA reduce-scatters it instead of all-reducing a full copy to every
+/// device. A result's sharding is a layout choice, never a change of value.
+fn hint_backward(graph: &Graph, region: &Region, known: &mut HashMap<NodeId, Axes>) {
+    let params: std::collections::HashSet<NodeId> = region.params.iter().copied().collect();
+    for &id in region.nodes.iter().rev() {
+        let node = graph.node(id);
+        let elementwise = matches!(
+            node.op,
+            Op::Unary(_) | Op::Convert(_) | Op::Binary(_) | Op::Compare(_) | Op::Select
+        );
+        let split = known[&id].clone();
+        if !elementwise || split.iter().all(Option::is_none) {
+            continue;
+        }
+        for &i in &node.inputs {
+            let computed = !params.contains(&i);
+            let same = graph.node(i).shape == node.shape;
+            if computed && same && known[&i].iter().all(Option::is_none) {
+                known.insert(i, split.clone());
+            }
+        }
+    }
 }
 
 /// The sharding rule of node `id`, its operands' shardings in `known`.

@@ -185,7 +185,23 @@ pub fn run_with(
     fuse: bool,
     read_at_end: bool,
 ) -> Result<Vec<Option<HostTensor>>, String> {
+    run_placed(program, dev, fuse, read_at_end, &|_, t| Ok(t))
+}
+
+/// Places input `k` (0-based among the program's inputs) of a run, for
+/// example on a device mesh.
+pub type Place<'a> = &'a dyn Fn(usize, Tensor) -> lazyfuse::Result<Tensor>;
+
+/// [`run_with`], each input put where `place` says before use.
+pub fn run_placed(
+    program: &Program,
+    dev: &Device,
+    fuse: bool,
+    read_at_end: bool,
+    place: Place<'_>,
+) -> Result<Vec<Option<HostTensor>>, String> {
     let _mode = FusionGuard::new(fuse);
+    let mut inputs = 0;
     let mode = if fuse { "fused" } else { "unfused" };
     let n = program.num_values();
     let mut tensors: Vec<Option<Tensor>> = Vec::with_capacity(n);
@@ -210,7 +226,10 @@ pub fn run_with(
     };
     for step in &program.steps {
         let made = match step {
-            Step::Input(h) => Some(Tensor::from_host(h, dev)),
+            Step::Input(h) => {
+                inputs += 1;
+                Some(Tensor::from_host(h, dev).and_then(|t| place(inputs - 1, t)))
+            }
             Step::Full { value, dims, dtype } => Some(Tensor::full(*value, dims, *dtype, dev)),
             Step::Arange {
                 start,
