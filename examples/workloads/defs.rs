@@ -39,7 +39,17 @@ pub fn all() -> Vec<Workload> {
             name: "decode_kv",
             build: decode_kv,
         },
+        // Not in WORKLOADS.md: mlp_train_step data parallel over 4 devices.
+        Workload {
+            name: "mlp_train_step_ddp4",
+            build: super::spmd::mlp_train_step_ddp4,
+        },
     ]
+}
+
+/// True for workloads the peers do not define (not in WORKLOADS.md).
+pub fn lazyfuse_only(name: &str) -> bool {
+    name == "mlp_train_step_ddp4"
 }
 
 const GELU_C: f64 = 0.7978845608028654;

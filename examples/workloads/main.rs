@@ -16,6 +16,7 @@
 
 mod chart;
 mod defs;
+mod spmd;
 
 use lazyfuse::{metrics, Device, FusionGuard};
 use std::collections::BTreeMap;
@@ -272,11 +273,16 @@ fn main() {
         } else {
             "torch,xla,jaxjit,jaxeager"
         };
+        let peer_names: Vec<String> = names
+            .iter()
+            .filter(|n| !defs::lazyfuse_only(n))
+            .cloned()
+            .collect();
         records.extend(run_peers(
             py,
             &args.device,
             args.peer_systems.as_deref().unwrap_or(default_peers),
-            &names,
+            &peer_names,
             args.iters,
             args.warmup,
         ));
