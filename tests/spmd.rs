@@ -153,11 +153,45 @@ fn bad_placements_are_errs_at_the_call_site() {
     // A tensor of another client.
     let other = Tensor::from_slice(&[1.0f32; 4], &[4], &Device::cpu().unwrap()).unwrap();
     assert!(other.shard(&mesh, &[Some("dp")]).is_err());
-    // Two meshes in one computation: an error, and the runtime goes on.
+    // Two meshes in one computation: an error at the op that mixes them,
+    // also through values computed from each, and the runtime goes on.
     let m2 = Mesh::new(&d, &[("dp", 2)]).unwrap();
     let a = x.shard(&mesh, &[None, Some("dp")]).unwrap();
     let b = x.shard(&m2, &[None, Some("dp")]).unwrap();
-    let e = a.add(&b).and_then(|s| s.to_vec::<f32>()).unwrap_err();
-    assert!(e.to_string().contains("two meshes"), "{e}");
-    assert_eq!(a.add(&a).unwrap().to_vec::<f32>().unwrap().len(), 24);
+    let e = a.add(&b).unwrap_err().to_string();
+    assert!(
+        e.contains("two device meshes") && e.contains("tests/spmd.rs"),
+        "{e}"
+    );
+    let (a2, b2) = (a.exp().unwrap(), b.mul_scalar(2.0).unwrap());
+    assert!(a2.sub(&b2).is_err());
+    // Pending values of two meshes are recorded in graphs of their own, so
+    // reading one computes it alone.
+    assert_eq!(b2.to_vec::<f32>().unwrap().len(), 24);
+    assert_eq!(a.add(&a2).unwrap().to_vec::<f32>().unwrap().len(), 24);
+}
+
+#[test]
+fn dropout_on_a_sharded_tensor_drops_the_same_elements() {
+    let d = dev8();
+    let mesh = Mesh::new(&d, &[("dp", 2), ("tp", 2)]).unwrap();
+    let xs = data(8 * 8, 10);
+    let seed = Tensor::from_slice(&[1234i64], &[], &d).unwrap();
+    let x = Tensor::from_slice(&xs, &[8, 8], &d).unwrap();
+    let single = x
+        .dropout(0.5, &seed, true)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    for spec in [
+        [Some("dp"), None],
+        [Some("dp"), Some("tp")],
+        [None, Some("dp")],
+    ] {
+        let s = x.shard(&mesh, &spec).unwrap();
+        let out = s.dropout(0.5, &seed, true).unwrap();
+        // The counter-based generator counts global element indices.
+        assert_eq!(out.to_vec::<f32>().unwrap(), single, "{spec:?}");
+    }
+    assert!(single.contains(&0.0) && single.iter().any(|&v| v != 0.0));
 }

@@ -16,7 +16,6 @@
 
 mod chart;
 mod defs;
-mod spmd;
 
 use lazyfuse::{metrics, Device, FusionGuard};
 use std::collections::BTreeMap;

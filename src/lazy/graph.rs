@@ -24,6 +24,12 @@ use std::sync::{Arc, Weak};
 /// One thread's pending graph on one device.
 pub(crate) struct ThreadGraph {
     pub(super) device: Device,
+    /// The device mesh whose values are recorded here, with one-device
+    /// values. The device's first graph takes the first mesh used on this
+    /// thread (so a program on one mesh keeps one graph: its steps fuse as
+    /// they do on one device); any other mesh gets a graph of its own, so
+    /// no region mixes two meshes.
+    pub(super) mesh: Mutex<Option<crate::spmd::Mesh>>,
     pub(super) state: Mutex<GraphState>,
     /// What this graph's flushes compute beyond their sync points' needs.
     pub(super) predictor: Mutex<Predictor>,
@@ -83,16 +89,38 @@ pub(crate) fn sync_points() -> u64 {
 /// Borrowed from the thread's list rather than cloned: recording pays no
 /// reference count for finding its graph. (Nothing `f` may call creates a
 /// graph: creating one is the only mutable use of the list.)
-fn with_thread_graph<R>(device: &Device, f: impl FnOnce(&Arc<ThreadGraph>) -> R) -> R {
+fn with_thread_graph<R>(
+    device: &Device,
+    mesh: Option<&crate::spmd::Mesh>,
+    f: impl FnOnce(&Arc<ThreadGraph>) -> R,
+) -> R {
     GRAPHS.with(|c| {
         {
             let list = c.borrow();
-            if let Some(x) = list.iter().find(|x| x.device.same_device(device)) {
+            let mut first = None;
+            for x in list.iter().filter(|x| x.device.same_device(device)) {
+                let mut claimed = x.mesh.lock();
+                match (mesh, &*claimed) {
+                    (None, _) if first.is_none() => first = Some(x),
+                    (Some(m), Some(c)) if c == m => {
+                        drop(claimed);
+                        return f(x);
+                    }
+                    (Some(m), None) => {
+                        *claimed = Some(m.clone());
+                        drop(claimed);
+                        return f(x);
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(x) = first {
                 return f(x);
             }
         }
         let g = Arc::new(ThreadGraph {
             device: device.clone(),
+            mesh: Mutex::new(mesh.cloned()),
             state: Mutex::new(GraphState::default()),
             predictor: Mutex::new(Predictor::default()),
         });
@@ -113,7 +141,7 @@ pub(crate) fn sync_thread(reason: FlushReason) -> Vec<Arc<Latch>> {
 
 /// Number of nodes pending in this thread's graph for `device` (for tests and tools).
 pub fn pending_ops(device: &Device) -> usize {
-    with_thread_graph(device, |g| g.state.lock().graph.len())
+    with_thread_graph(device, None, |g| g.state.lock().graph.len())
 }
 
 /// An operand as the lazy layer records it: a tensor's value, or a host
@@ -133,6 +161,9 @@ impl LazyArg for &Arc<TensorInner> {
 /// What an operand is from one graph's point of view.
 enum Resolved {
     Node(NodeId, u64),
+    /// A constant or `arange` pending in another thread graph (of another
+    /// mesh), recorded again here rather than flushed there.
+    Leaf(Op, Shape, DType),
     Buffer(Arc<DeviceBuffer>),
     Future(Arc<TensorInner>),
     Scalar(Literal, DType),
@@ -152,7 +183,10 @@ pub(crate) fn record(
     let _span = tracing::trace_span!("record", op = op.name()).entered();
     let fuse = crate::config::fusion_enabled();
     let eager_flush = !fuse && !matches!(op, Op::Constant { .. });
-    let (inner, flush) = with_thread_graph(device, |tg| -> Result<_> {
+    let mesh = inputs
+        .iter()
+        .find_map(|a| a.operand().ok().and_then(|t| t.mesh.get()));
+    let (inner, flush) = with_thread_graph(device, mesh, |tg| -> Result<_> {
         loop {
             let mut resolved: SmallVec<[Resolved; 3]> = SmallVec::new();
             for a in inputs {
@@ -230,10 +264,30 @@ fn resolve(t: &Arc<TensorInner>, tg: &Arc<ThreadGraph>) -> Result<Resolved> {
                     return Ok(r);
                 }
                 let other = graph.clone();
+                let (node, gen) = (*node, *gen);
                 drop(st);
+                if let Some(leaf) = other.creation_op(node, gen) {
+                    return Ok(leaf);
+                }
                 other.flush_for(FlushReason::CrossThread, std::slice::from_ref(t));
             }
         }
+    }
+}
+
+impl ThreadGraph {
+    /// Node `node` (of generation `gen`) when it is a constant or an
+    /// `arange`, which a graph of another mesh records again instead of
+    /// flushing this one (`zeros_like` of a sharded parameter is recorded
+    /// for the parameter's device, then used on its mesh).
+    fn creation_op(&self, node: NodeId, gen: u64) -> Option<Resolved> {
+        let g = self.state.lock();
+        if g.gen != gen {
+            return None;
+        }
+        let n = g.graph.node(node);
+        matches!(n.op, Op::Constant { .. } | Op::Arange { .. })
+            .then(|| Resolved::Leaf(n.op.clone(), n.shape.clone(), n.dtype))
     }
 }
 
@@ -242,6 +296,10 @@ impl GraphState {
     fn node_for(&mut self, r: Resolved, origin: &'static Location<'static>) -> NodeId {
         let (key, (shape, dtype), input) = match r {
             Resolved::Node(n, _) => return n,
+            Resolved::Leaf(op, shape, dtype) => {
+                self.recorded += 1;
+                return self.graph.push_inferred(op, &[], shape, dtype, origin);
+            }
             Resolved::Scalar(value, dtype) => {
                 let shape = Shape::scalar();
                 let op = Op::Constant {

@@ -38,6 +38,10 @@ pub(crate) struct TensorInner {
     /// (capacity) shape of the buffer and graph node, and this the shape
     /// the program sees.
     pub logical: OnceLock<Box<Logical>>,
+    /// The device mesh the value lives on, for a sharded tensor and every
+    /// value recorded from one (so mixing two meshes is an `Err` at the op
+    /// that does it, not at the sync point).
+    pub mesh: OnceLock<crate::spmd::Mesh>,
 }
 
 /// The logical view of a padded value: which axes are dynamic, their
@@ -78,6 +82,7 @@ impl TensorInner {
             state: Mutex::new(state),
             autograd: OnceLock::new(),
             flags: AtomicU8::new(0),
+            mesh: OnceLock::new(),
             used: OnceLock::new(),
             site: AtomicU64::new(0),
             logical: OnceLock::new(),
@@ -87,12 +92,12 @@ impl TensorInner {
     /// A tensor whose value is already on `device`.
     pub(crate) fn ready(buf: Arc<DeviceBuffer>, device: &Device) -> Arc<TensorInner> {
         let (shape, dtype) = (buf.shape.clone(), buf.dtype);
-        Arc::new(TensorInner::new(
-            shape,
-            dtype,
-            device,
-            TensorState::Ready(buf),
-        ))
+        let mesh = buf.sharding().map(|s| s.mesh().clone());
+        let t = TensorInner::new(shape, dtype, device, TensorState::Ready(buf));
+        if let Some(m) = mesh {
+            let _ = t.mesh.set(m);
+        }
+        Arc::new(t)
     }
 
     /// Notes that the program read or used this value.

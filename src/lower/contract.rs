@@ -123,11 +123,23 @@ fn spmd_extremum(
         &b,
     );
     let ones = e.convert(&isnan, in_shape, DType::Bool, DType::I32);
-    let nans = reduce(e, ReduceOp::Sum, &ones, in_shape, axes, false, &flat, DType::I32);
+    let nans = reduce(
+        e,
+        ReduceOp::Sum,
+        &ones,
+        in_shape,
+        axes,
+        false,
+        &flat,
+        DType::I32,
+    );
     let zero = e.constant(Literal::Int(0), &flat, DType::I32);
     let any = e.op(
         "stablehlo.compare",
-        &[(&nans, ty(&flat, DType::I32)), (&zero, ty(&flat, DType::I32))],
+        &[
+            (&nans, ty(&flat, DType::I32)),
+            (&zero, ty(&flat, DType::I32)),
+        ],
         &compare_attr(CmpOp::Gt, DType::I32),
         &ty(&flat, DType::Bool),
     );
@@ -135,7 +147,11 @@ fn spmd_extremum(
     let tf = ty(&flat, dt);
     let v = e.op(
         "stablehlo.select",
-        &[(&any, ty(&flat, DType::Bool)), (&nan, tf.clone()), (&plain, tf.clone())],
+        &[
+            (&any, ty(&flat, DType::Bool)),
+            (&nan, tf.clone()),
+            (&plain, tf.clone()),
+        ],
         "",
         &tf,
     );

@@ -130,18 +130,20 @@ impl Runtime {
     }
 
     /// `buf`'s shards on the devices of `mesh`: its own when it is sharded
-    /// over `mesh`, else (a one-device array) a copy on every device, made
-    /// once and kept with the buffer. `Err` for an array sharded over
-    /// another mesh.
+    /// over `mesh`, else (a one-device array, or one replicated over
+    /// another mesh) a copy on every device, made once and kept with the
+    /// buffer. `Err` for an array split over another mesh.
     fn shards_on(&self, buf: &DeviceBuffer, mesh: &Mesh) -> Result<Arc<Vec<RawBuffer>>> {
         match &buf.place {
             Placement::Shards(s, shards) if s.mesh() == mesh => Ok(shards.clone()),
-            Placement::Shards(s, _) => Err(Error::Pjrt(format!(
+            Placement::Shards(s, _) if !s.is_replicated() => Err(Error::Pjrt(format!(
                 "a computation mixes tensors of two meshes, {} and {mesh}: move one with \
                  Tensor::shard or Tensor::replicate onto the other's mesh",
                 s.mesh()
             ))),
-            Placement::One(_) => {
+            // A one-device array, or one replicated over another mesh
+            // (any of its copies is the whole value).
+            _ => {
                 let mut replicas = buf.replicas.lock();
                 if let Some((m, r)) = &*replicas {
                     if m == mesh {

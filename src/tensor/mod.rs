@@ -256,6 +256,27 @@ impl Tensor {
                 loc,
             ));
         }
+        let mut mesh: Option<&crate::spmd::Mesh> = None;
+        for t in args.iter().filter_map(|a| match a {
+            Arg::T(t) => t.0.mesh.get(),
+            Arg::Scalar(..) => None,
+        }) {
+            match mesh {
+                Some(m) if m != t => {
+                    return Err(Error::op(
+                        name,
+                        format!(
+                            "operands are on two device meshes ({m} and {t}); move one onto \
+                             the other's mesh with Tensor::shard or Tensor::replicate"
+                        ),
+                        describe(),
+                        loc,
+                    ))
+                }
+                _ => mesh = Some(t),
+            }
+        }
+        let mesh = mesh.cloned();
         let tape = TAPE.get().filter(|_| {
             args.iter()
                 .any(|a| matches!(a, Arg::T(t) if t.0.autograd.get().is_some()))
@@ -266,6 +287,9 @@ impl Tensor {
         } else {
             Tensor(crate::lazy::record(device, op, args, shape, dtype, loc)?)
         };
+        if let Some(m) = mesh {
+            let _ = out.0.mesh.set(m);
+        }
         if let Some((hook, op)) = track {
             hook(op, args, &out, loc);
         }
@@ -294,6 +318,9 @@ impl Tensor {
         )?;
         if let Some(l) = self.0.logical.get() {
             let _ = inner.logical.set(l.clone());
+        }
+        if let Some(m) = self.0.mesh.get() {
+            let _ = inner.mesh.set(m.clone());
         }
         Ok(Tensor(inner))
     }
