@@ -155,7 +155,55 @@ counters!(
     /// Axes (and `narrow` starts) a recording site marked dynamic because
     /// its result changed size from one step to the next.
     dynamic_marks,
+    /// Collective ops (all-reduce, all-gather, reduce-scatter, all-to-all,
+    /// collective-permute) in the SPMD programs executed, as one device
+    /// runs them (XLA's combiner may bucket many into one).
+    collectives,
+    /// Bytes those collectives produce on one device (for an all-reduce,
+    /// the bytes reduced: a ring moves 2(N-1)/N of them per device).
+    collective_bytes,
+    /// SPMD programs executed (one per region launched over a mesh).
+    spmd_launches,
 );
+
+/// Most device ordinals whose live bytes are tracked.
+pub const MAX_DEVICES: usize = 64;
+
+static DEVICE_LIVE: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
+static DEVICE_PEAK: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
+
+/// Counts `bytes` as allocated (`add`) or freed on device `ordinal`.
+pub(crate) fn device_bytes(ordinal: usize, bytes: u64, add: bool) {
+    let Some(live) = DEVICE_LIVE.get(ordinal) else {
+        return;
+    };
+    if add {
+        let now = live.fetch_add(bytes, Relaxed) + bytes;
+        DEVICE_PEAK[ordinal].fetch_max(now, Relaxed);
+    } else {
+        live.fetch_sub(bytes, Relaxed);
+    }
+}
+
+/// Bytes of live device buffers on each device ordinal (a sharded buffer
+/// counts its shard on each of its mesh's devices), up to the last device
+/// that ever held one; by client, devices of the same ordinal add up.
+pub fn device_live_bytes() -> Vec<u64> {
+    per_device(&DEVICE_LIVE)
+}
+
+/// The most bytes each device ordinal held at once ([`device_live_bytes`]).
+pub fn device_peak_bytes() -> Vec<u64> {
+    per_device(&DEVICE_PEAK)
+}
+
+fn per_device(a: &[AtomicU64; MAX_DEVICES]) -> Vec<u64> {
+    let used = DEVICE_PEAK
+        .iter()
+        .rposition(|p| p.load(Relaxed) > 0)
+        .map_or(0, |i| i + 1);
+    a[..used].iter().map(|x| x.load(Relaxed)).collect()
+}
 
 impl Snapshot {
     /// Total flushes over all reasons.

@@ -68,6 +68,13 @@ fn a_sharded_matmul_runs_as_one_program_on_four_devices() {
     let devices = [4, 5, 6, 7];
     let exe = c.compile_spmd(MATMUL_SUM, &devices).unwrap();
     assert_eq!(exe.devices(), &devices);
+    // The partial sums are all-reduced: one f32 per device.
+    let comms = exe.collectives();
+    assert_eq!(comms.len(), 1, "{comms:?}");
+    assert_eq!(
+        (comms[0].opcode.as_str(), comms[0].bytes),
+        ("all-reduce", 4)
+    );
     let x: Vec<f32> = (0..24).map(|i| i as f32 * 0.5 - 3.0).collect();
     let w = [1.0f32, -2.0, 0.5, 3.0, -1.5, 0.25];
     let shards: Vec<Buffer> = (0..4)

@@ -34,8 +34,10 @@ fn data_parallel_sgd_equals_single_device_and_compiles_once() {
         let mut opt = Sgd::new(params_of(&model.parameters()), 0.1, 0.0, 0.0).unwrap();
         let mut losses = Vec::new();
         let mut compiles = Vec::new();
+        let mut comms = Vec::new();
         for _ in 0..6 {
-            let before = metrics::snapshot().compiles;
+            let m0 = metrics::snapshot();
+            let before = m0.compiles;
             let mut x = Tensor::from_slice(&xs, &[16, 5], &d).unwrap();
             let mut y = Tensor::from_slice(&ys, &[16, 3], &d).unwrap();
             if sharded {
@@ -48,10 +50,20 @@ fn data_parallel_sgd_equals_single_device_and_compiles_once() {
             loss.backward().unwrap();
             opt.step().unwrap();
             losses.push(loss.item::<f32>().unwrap());
-            compiles.push(metrics::snapshot().compiles - before);
+            let m1 = metrics::snapshot();
+            compiles.push(m1.compiles - before);
+            comms.push((
+                m1.collectives - m0.collectives,
+                m1.collective_bytes - m0.collective_bytes,
+            ));
         }
         if sharded {
             assert_eq!(compiles[4..], [0, 0], "compiles per step: {compiles:?}");
+            // One bucketed all-reduce per step carries every gradient (18
+            // floats) and the loss: XLA's combiner joins them.
+            let grads = (5 * 3 + 3) * 4;
+            assert_eq!(comms[5].0, 1, "collectives per step: {comms:?}");
+            assert!(comms[5].1 >= grads && comms[5].1 <= grads + 64, "{comms:?}");
         }
         losses
     };
@@ -78,8 +90,14 @@ fn mlp_losses(d: &Device, strategy: Strategy) -> Vec<f32> {
     let grid = Mesh::new(d, &[("dp", 2), ("tp", 2)]).unwrap();
     let l1 = Linear::new(8, 16, true, 21, d).unwrap();
     let l2 = Linear::new(16, 4, true, 22, d).unwrap();
+    let live = || {
+        lazyfuse::metrics::device_live_bytes()
+            .get(1)
+            .copied()
+            .unwrap_or(0)
+    };
+    let before = live();
     match strategy {
-        Strategy::One => {}
         Strategy::Ddp => {
             parallel::data_parallel(&l1, &dp).unwrap();
             parallel::data_parallel(&l2, &dp).unwrap();
@@ -92,6 +110,15 @@ fn mlp_losses(d: &Device, strategy: Strategy) -> Vec<f32> {
             parallel::column_parallel(&l1, &grid, "tp").unwrap();
             parallel::row_parallel(&l2, &grid, "tp").unwrap();
         }
+        Strategy::One => {}
+    }
+    // Parameter bytes on device 1: all of them with DDP, a quarter with
+    // FSDP (8x16 + 16 + 16x4 + 4 floats).
+    let all = ((8 * 16 + 16 + 16 * 4 + 4) * 4) as u64;
+    match strategy {
+        Strategy::Ddp => assert_eq!(live() - before, all),
+        Strategy::Fsdp => assert_eq!(live() - before, all / 4),
+        _ => {}
     }
     let mut params = params_of(&l1.parameters());
     params.extend(params_of(&l2.parameters()));

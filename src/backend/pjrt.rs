@@ -215,6 +215,11 @@ impl Backend for PjrtBackend {
             })
             .collect::<Result<Vec<_>>>()?;
         let (outs, done) = exe.launch_spmd(&lists, &[])?;
+        metrics::add(&C.spmd_launches, 1);
+        for c in exe.collectives() {
+            metrics::add(&C.collectives, 1);
+            metrics::add(&C.collective_bytes, c.bytes);
+        }
         let outs = outs
             .into_iter()
             .map(|l| l.into_iter().map(RawBuffer::Pjrt).collect())

@@ -29,6 +29,8 @@ pub struct LoadedExecutable {
     /// For an SPMD executable, the addressable device of each partition
     /// ([`super::Client::compile_spmd`]); empty for a one-device program.
     devices: Vec<usize>,
+    /// The collective ops of the optimized program, read on first ask.
+    collectives: std::sync::OnceLock<Vec<super::hlo::Collective>>,
 }
 
 // SAFETY: PJRT executables are thread-safe: concurrent `Execute` calls and
@@ -66,6 +68,7 @@ impl LoadedExecutable {
             num_outputs: 0,
             source: None,
             devices: Vec::new(),
+            collectives: std::sync::OnceLock::new(),
         };
         let plugin = &*exe.client.plugin;
 
@@ -315,6 +318,48 @@ impl LoadedExecutable {
             }
         }
         Ok((results, done))
+    }
+
+    /// The optimized program XLA compiled (after SPMD partitioning: what
+    /// each device runs), serialized, with its format (`hlo`: an
+    /// `HloModuleProto`).
+    pub fn optimized_program(&self) -> Result<(String, Vec<u8>)> {
+        const WHAT: &str = "PJRT_Executable_OptimizedProgram";
+        let plugin = &*self.client.plugin;
+        let mut program = sys::PJRT_Program::new();
+        let mut a = sys::PJRT_Executable_OptimizedProgram_Args::new();
+        a.executable = self.exec;
+        a.program = &mut program;
+        // First call: the plugin reports the size (code is null).
+        pjrt_call!(plugin, PJRT_Executable_OptimizedProgram, &mut a)?;
+        let mut code = vec![0u8; program.code_size];
+        program.code = code.as_mut_ptr().cast();
+        let mut a = sys::PJRT_Executable_OptimizedProgram_Args::new();
+        a.executable = self.exec;
+        a.program = &mut program;
+        pjrt_call!(plugin, PJRT_Executable_OptimizedProgram, &mut a)?;
+        if program.code_size > code.len() {
+            return Err(Error::binding(format!(
+                "{WHAT}: the program grew between calls"
+            )));
+        }
+        code.truncate(program.code_size);
+        // SAFETY: the format string is owned by the plugin and valid for
+        // `format_size` bytes while the executable lives.
+        let format = unsafe { super::api::plugin_string(program.format, program.format_size) };
+        Ok((format, code))
+    }
+
+    /// The collective ops (all-reduce, all-gather, reduce-scatter, ...) one
+    /// device runs per execution of this program, with their bytes; empty
+    /// when the optimized program cannot be read.
+    pub fn collectives(&self) -> &[super::hlo::Collective] {
+        self.collectives.get_or_init(|| {
+            self.optimized_program()
+                .ok()
+                .and_then(|(format, bytes)| super::hlo::collectives(&bytes, &format))
+                .unwrap_or_default()
+        })
     }
 
     /// Marks this executable as an SPMD program over `devices`.

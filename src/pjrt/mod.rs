@@ -80,6 +80,7 @@ mod buffer;
 mod client;
 mod error;
 mod executable;
+mod hlo;
 mod inner;
 mod named;
 mod options;
@@ -91,6 +92,7 @@ pub use client::Client;
 #[allow(unused_imports)]
 pub use error::{Error, ErrorCode, Result};
 pub use executable::{Completion, LoadedExecutable};
+pub use hlo::Collective;
 pub use named::{CreateOption, NamedValue};
 pub use options::{
     compile_options_bytes, compile_options_bytes_with, spmd_compile_options_bytes, CompileOverride,
@@ -122,6 +124,7 @@ pjrt_structs! {
     PJRT_Program => PJRT_Program_STRUCT_SIZE,
     PJRT_Executable_Destroy_Args => PJRT_Executable_Destroy_Args_STRUCT_SIZE,
     PJRT_Executable_NumOutputs_Args => PJRT_Executable_NumOutputs_Args_STRUCT_SIZE,
+    PJRT_Executable_OptimizedProgram_Args => PJRT_Executable_OptimizedProgram_Args_STRUCT_SIZE,
     PJRT_Executable_Serialize_Args => PJRT_Executable_Serialize_Args_STRUCT_SIZE,
     PJRT_Executable_DeserializeAndLoad_Args => PJRT_Executable_DeserializeAndLoad_Args_STRUCT_SIZE,
     PJRT_LoadedExecutable_Destroy_Args => PJRT_LoadedExecutable_Destroy_Args_STRUCT_SIZE,

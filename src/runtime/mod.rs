@@ -41,6 +41,9 @@ pub struct DeviceBuffer {
     /// A one-device array's copies on every device of a mesh, made when it
     /// first joins a sharded computation as replicated (`spmd.rs`).
     replicas: Mutex<Option<(Mesh, Arc<Vec<RawBuffer>>)>>,
+    /// The device ordinals holding it (one, or a mesh's), each `bytes /
+    /// len` of it, for the per-device byte counts.
+    devices: SmallVec<[u16; 4]>,
 }
 
 /// Where a [`DeviceBuffer`]'s bytes are.
@@ -52,12 +55,23 @@ enum Placement {
 }
 
 impl DeviceBuffer {
-    fn new(raw: RawBuffer, shape: Shape, dtype: DType) -> Arc<Self> {
+    fn new(raw: RawBuffer, shape: Shape, dtype: DType, ordinal: usize) -> Arc<Self> {
         let bytes = shape.numel() * dtype.size_in_bytes();
-        Self::with_placement(Placement::One(raw), shape, dtype, bytes)
+        let devices = SmallVec::from_slice(&[ordinal as u16]);
+        Self::with_placement(Placement::One(raw), shape, dtype, bytes, devices)
     }
 
-    fn with_placement(place: Placement, shape: Shape, dtype: DType, bytes: usize) -> Arc<Self> {
+    fn with_placement(
+        place: Placement,
+        shape: Shape,
+        dtype: DType,
+        bytes: usize,
+        devices: SmallVec<[u16; 4]>,
+    ) -> Arc<Self> {
+        let each = (bytes / devices.len().max(1)) as u64;
+        for &d in &devices {
+            metrics::device_bytes(d as usize, each, true);
+        }
         metrics::add(&C.live_buffers, 1);
         let now = C
             .live_buffer_bytes
@@ -70,6 +84,7 @@ impl DeviceBuffer {
             dtype,
             bytes,
             replicas: Mutex::new(None),
+            devices,
         })
     }
 
@@ -96,6 +111,10 @@ impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         metrics::sub(&C.live_buffers, 1);
         metrics::sub(&C.live_buffer_bytes, self.bytes as u64);
+        let each = (self.bytes / self.devices.len().max(1)) as u64;
+        for &d in &self.devices {
+            metrics::device_bytes(d as usize, each, false);
+        }
     }
 }
 
@@ -218,7 +237,12 @@ impl Runtime {
         metrics::observe_since(metrics::Phase::HostToDevice, t0);
         metrics::add(&C.h2d_transfers, 1);
         metrics::add(&C.h2d_bytes, host.bytes.len() as u64);
-        Ok(DeviceBuffer::new(raw, host.shape.clone(), host.dtype))
+        Ok(DeviceBuffer::new(
+            raw,
+            host.shape.clone(),
+            host.dtype,
+            ordinal,
+        ))
     }
 
     /// A device buffer holding `values` as a rank-1 array of `dtype`: a
@@ -350,7 +374,7 @@ impl Runtime {
         let bufs = outs
             .into_iter()
             .zip(outputs)
-            .map(|(b, (s, d))| DeviceBuffer::new(b, s.clone(), *d))
+            .map(|(b, (s, d))| DeviceBuffer::new(b, s.clone(), *d, ordinal))
             .collect();
         Ok((bufs, done))
     }

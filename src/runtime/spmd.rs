@@ -91,8 +91,14 @@ impl Runtime {
         sharding: &Sharding,
     ) -> Arc<DeviceBuffer> {
         let bytes = sharding.shard_shape(&shape).numel() * dtype.size_in_bytes() * shards.len();
+        let devices = sharding
+            .mesh()
+            .devices()
+            .iter()
+            .map(|&d| d as u16)
+            .collect();
         let place = Placement::Shards(sharding.clone(), Arc::new(shards));
-        DeviceBuffer::with_placement(place, shape, dtype, bytes)
+        DeviceBuffer::with_placement(place, shape, dtype, bytes, devices)
     }
 
     /// Downloads every distinct shard of `buf` and assembles the global array.
