@@ -4,7 +4,8 @@
 //! or replicated), fused and unfused, and every value they observe is
 //! checked against the reference interpreter with the fuzzer's tolerances
 //! (XLA's partitioned reductions sum in another order; the oracle allows
-//! any). `LAZYFUSE_FUZZ_SPMD_CASES` sets the program count (CI: 48).
+//! any). `LAZYFUSE_FUZZ_SPMD_CASES` sets the program count (CI: 48),
+//! `LAZYFUSE_FUZZ_SPMD_SEED` another set of programs.
 
 mod fuzz_support;
 
@@ -35,10 +36,9 @@ fn random_spec(rng: &mut Rng, dims: &[usize], mesh: &Mesh) -> Vec<Option<String>
 
 #[test]
 fn random_programs_on_sharded_inputs_match_the_interpreter() {
-    let cases: usize = std::env::var("LAZYFUSE_FUZZ_SPMD_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(48);
+    let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    let cases = env("LAZYFUSE_FUZZ_SPMD_CASES").unwrap_or(48) as usize;
+    let seed = env("LAZYFUSE_FUZZ_SPMD_SEED").unwrap_or(0);
     let dev = Device::cpu_with_devices(4).unwrap();
     let meshes = [
         Mesh::new(&dev, &[("dp", 4)]).unwrap(),
@@ -46,12 +46,14 @@ fn random_programs_on_sharded_inputs_match_the_interpreter() {
     ];
     let split = Cell::new(0usize);
     for i in 0..cases {
-        let mut rng = Rng::new(0x5eed_5bd0 ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut rng = Rng::new(
+            0x5eed_5bd0 ^ seed.rotate_left(32) ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        );
         let n = 1 + rng.below(12);
         let program = build(&random_genes(&mut rng, n));
         let mesh = &meshes[i % 2];
         let place = |k: usize, t: Tensor| {
-            let mut r = Rng::new((i as u64) << 16 | k as u64);
+            let mut r = Rng::new(seed ^ ((i as u64) << 16 | k as u64));
             let spec = random_spec(&mut r, t.dims(), mesh);
             if spec.iter().any(Option::is_some) {
                 split.set(split.get() + 1);

@@ -148,6 +148,44 @@ fn child_workload() {
     print_figures();
 }
 
+#[test]
+fn child_spmd_workload() {
+    if !is_child("child_spmd_workload") {
+        return;
+    }
+    // The same three regions with x split over 2 of a 4-device client's
+    // devices by rows and w by columns: SPMD programs.
+    let d = Device::cpu_with_devices(4).unwrap();
+    let mesh = lazyfuse::Mesh::new(&d, &[("dp", 2)]).unwrap();
+    let xs: Vec<f32> = (0..48).map(|i| (i as f32 - 20.0) / 16.0).collect();
+    let x = Tensor::from_slice(&xs, &[6, 8], &d).unwrap();
+    let xsh = x.shard(&mesh, &[Some("dp"), None]).unwrap();
+    let y = xsh.exp().unwrap().sum(&[0], false).unwrap();
+    let got = y.to_vec::<f32>().unwrap();
+    for (c, g) in got.iter().enumerate() {
+        let want: f32 = (0..6).map(|r| xs[r * 8 + c].exp()).sum();
+        assert!(
+            (g - want).abs() < 1e-4 * want.abs(),
+            "col {c}: {g} vs {want}"
+        );
+    }
+    print_figures();
+}
+
+#[test]
+fn spmd_programs_are_cached_on_disk_too() {
+    let dir = tmpdir("spmd");
+    let env = [("TPU_CACHE_DIR", dir.to_str().unwrap())];
+    let cold = run_child("child_spmd_workload", &env);
+    let n = figure(&cold, "compiles");
+    assert!(n >= 1, "{cold:?}");
+    assert_eq!(figure(&cold, "disk_cache_stores"), n);
+    let warm = run_child("child_spmd_workload", &env);
+    assert_eq!(figure(&warm, "compiles"), 0, "{warm:?}");
+    assert_eq!(figure(&warm, "disk_cache_hits"), n);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn cache_entries(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()

@@ -182,16 +182,25 @@ impl Backend for PjrtBackend {
     ) -> Result<RawExecutable> {
         let text = crate::lower::lower_region_spmd(graph, region, layout);
         crate::dump::region_text(key, &text);
+        let devices = layout.mesh.devices();
+        // The key covers the mesh and its devices, so the SPMD options (a
+        // device assignment) are determined by it and the text.
+        let t0 = Instant::now();
+        if let Some(mut exe) = crate::persist::load(&self.client, &self.plugin_path, key, &text) {
+            exe.set_devices(devices.to_vec());
+            metrics::observe_since(metrics::Phase::DiskCacheLoad, t0);
+            return Ok(RawExecutable::Pjrt(exe));
+        }
         on_compile();
         let _span =
             tracing::debug_span!("compile_spmd", region = %key, bytes = text.len()).entered();
         let t0 = Instant::now();
-        let devices = layout.mesh.devices();
         let result = on_big_stack(|| self.client.compile_spmd(&text, devices));
         metrics::add(&C.compile_ns, t0.elapsed().as_nanos() as u64);
         metrics::observe_since(metrics::Phase::Compile, t0);
         let exe = result?;
         metrics::add(&C.compiles, 1);
+        crate::persist::store(&self.client, &self.plugin_path, key, &text, &exe);
         Ok(RawExecutable::Pjrt(exe))
     }
 

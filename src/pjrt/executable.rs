@@ -362,8 +362,10 @@ impl LoadedExecutable {
         })
     }
 
-    /// Marks this executable as an SPMD program over `devices`.
-    pub(crate) fn set_devices(&mut self, devices: Vec<usize>) {
+    /// Marks this executable as an SPMD program over `devices` (also one
+    /// loaded from the persistent cache: the serialized form keeps its
+    /// device assignment, not this list).
+    pub fn set_devices(&mut self, devices: Vec<usize>) {
         self.devices = devices;
     }
 
