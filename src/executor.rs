@@ -429,14 +429,7 @@ fn run_region(
         .map_err(|e| describe("compile", e))?;
     crate::testing::execution_fault(graph, region)
         .map_err(|m| describe("execution", Error::Pjrt(m)))?;
-    let outs: Vec<_> = region
-        .outputs
-        .iter()
-        .map(|&o| {
-            let n = graph.node(o);
-            (n.shape.clone(), n.dtype)
-        })
-        .collect();
+    let outs = output_types(graph, region);
     let donate: SmallVec<[usize; 4]> = region
         .aliases
         .iter()
@@ -481,19 +474,24 @@ fn run_spmd_region(
             crate::explain::on_compile(graph, region)
         })
         .map_err(|e| describe("compile", e))?;
-    let outs: Vec<_> = region
+    let outs = output_types(graph, region);
+    rt.launch_spmd(&exe, args, &layout, &outs)
+        .map_err(|e| match e {
+            e @ Error::Pjrt(_) => e,
+            e => describe("execution", e),
+        })
+}
+
+/// The shape and dtype of each of `region`'s results.
+fn output_types(graph: &Graph, region: &Region) -> Vec<(lazyfuse_ir::Shape, lazyfuse_ir::DType)> {
+    region
         .outputs
         .iter()
         .map(|&o| {
             let n = graph.node(o);
             (n.shape.clone(), n.dtype)
         })
-        .collect();
-    rt.launch_spmd(&exe, args, &layout, &outs)
-        .map_err(|e| match e {
-            e @ Error::Pjrt(_) => e,
-            e => describe("execution", e),
-        })
+        .collect()
 }
 
 /// `op @ file:line` for the region's ops (at most 8, then a count).

@@ -2,26 +2,13 @@
 //! ops on them give the single-device results, fused and unfused; their
 //! regions compile once as SPMD programs; bad placements are `Err`s.
 
+mod spmd_support;
+
 use lazyfuse::{Device, FusionGuard, Mesh, Tensor};
+use spmd_support::{close, data};
 
 fn dev8() -> Device {
     Device::cpu_with_devices(8).unwrap()
-}
-
-fn data(n: usize, seed: u32) -> Vec<f32> {
-    (0..n)
-        .map(|i| (((i as u32).wrapping_mul(2654435761) ^ seed) % 1000) as f32 / 250.0 - 2.0)
-        .collect()
-}
-
-fn close(a: &[f32], b: &[f32], what: &str) {
-    assert_eq!(a.len(), b.len(), "{what}");
-    for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        assert!(
-            (x - y).abs() <= 1e-5 * (1.0 + y.abs()),
-            "{what}[{i}]: {x} vs {y}"
-        );
-    }
 }
 
 /// `relu(x @ w + b)`, its row sums and its total, on tensors of `dev`.

@@ -7,22 +7,9 @@ use lazyfuse::metrics;
 use lazyfuse::nn::{parallel, Linear, Module};
 use lazyfuse::optim::{params_of, AdamW, Optimizer, Sgd};
 use lazyfuse::{Device, Mesh, Tensor};
+use spmd_support::{close, data};
 
-fn data(n: usize, seed: u32) -> Vec<f32> {
-    (0..n)
-        .map(|i| (((i as u32).wrapping_mul(2654435761) ^ seed) % 1000) as f32 / 250.0 - 2.0)
-        .collect()
-}
-
-fn close(a: &[f32], b: &[f32], what: &str) {
-    assert_eq!(a.len(), b.len(), "{what}");
-    for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        assert!(
-            (x - y).abs() <= 1e-5 * (1.0 + y.abs()),
-            "{what}[{i}]: {x} vs {y}"
-        );
-    }
-}
+mod spmd_support;
 
 #[test]
 fn data_parallel_sgd_equals_single_device_and_compiles_once() {

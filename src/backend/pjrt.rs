@@ -83,6 +83,40 @@ impl PjrtBackend {
     }
 }
 
+impl PjrtBackend {
+    /// The executable of `text` (key `key`): from the persistent cache
+    /// (given back its SPMD `devices`, if any), else from `compile`, timed,
+    /// counted and stored; `on_compile` runs just before compiling.
+    fn load_or_compile(
+        &self,
+        key: RegionKey,
+        text: &str,
+        on_compile: &mut dyn FnMut(),
+        devices: &[usize],
+        compile: impl FnOnce() -> Result<pjrt::LoadedExecutable>,
+    ) -> Result<pjrt::LoadedExecutable> {
+        crate::dump::region_text(key, text);
+        let t0 = Instant::now();
+        if let Some(mut exe) = crate::persist::load(&self.client, &self.plugin_path, key, text) {
+            if !devices.is_empty() {
+                exe.set_devices(devices.to_vec());
+            }
+            metrics::observe_since(metrics::Phase::DiskCacheLoad, t0);
+            return Ok(exe);
+        }
+        on_compile();
+        let _span = tracing::debug_span!("compile", region = %key, bytes = text.len()).entered();
+        let t0 = Instant::now();
+        let result = compile();
+        metrics::add(&C.compile_ns, t0.elapsed().as_nanos() as u64);
+        metrics::observe_since(metrics::Phase::Compile, t0);
+        let exe = result?;
+        metrics::add(&C.compiles, 1);
+        crate::persist::store(&self.client, &self.plugin_path, key, text, &exe);
+        Ok(exe)
+    }
+}
+
 impl Backend for PjrtBackend {
     fn platform_name(&self) -> String {
         self.client
@@ -116,21 +150,9 @@ impl Backend for PjrtBackend {
         on_compile: &mut dyn FnMut(),
     ) -> Result<RawExecutable> {
         let text = crate::lower::lower_region(graph, region);
-        crate::dump::region_text(key, &text);
-        let t0 = Instant::now();
-        if let Some(exe) = crate::persist::load(&self.client, &self.plugin_path, key, &text) {
-            metrics::observe_since(metrics::Phase::DiskCacheLoad, t0);
-            return Ok(RawExecutable::Pjrt(exe));
-        }
-        on_compile();
-        let _span = tracing::debug_span!("compile", region = %key, bytes = text.len()).entered();
-        let t0 = Instant::now();
-        let result = compile_on_big_stack(&self.client, &text);
-        metrics::add(&C.compile_ns, t0.elapsed().as_nanos() as u64);
-        metrics::observe_since(metrics::Phase::Compile, t0);
-        let exe = result?;
-        metrics::add(&C.compiles, 1);
-        crate::persist::store(&self.client, &self.plugin_path, key, &text, &exe);
+        let exe = self.load_or_compile(key, &text, on_compile, &[], || {
+            compile_on_big_stack(&self.client, &text)
+        })?;
         Ok(RawExecutable::Pjrt(exe))
     }
 
@@ -181,26 +203,12 @@ impl Backend for PjrtBackend {
         on_compile: &mut dyn FnMut(),
     ) -> Result<RawExecutable> {
         let text = crate::lower::lower_region_spmd(graph, region, layout);
-        crate::dump::region_text(key, &text);
         let devices = layout.mesh.devices();
         // The key covers the mesh and its devices, so the SPMD options (a
         // device assignment) are determined by it and the text.
-        let t0 = Instant::now();
-        if let Some(mut exe) = crate::persist::load(&self.client, &self.plugin_path, key, &text) {
-            exe.set_devices(devices.to_vec());
-            metrics::observe_since(metrics::Phase::DiskCacheLoad, t0);
-            return Ok(RawExecutable::Pjrt(exe));
-        }
-        on_compile();
-        let _span =
-            tracing::debug_span!("compile_spmd", region = %key, bytes = text.len()).entered();
-        let t0 = Instant::now();
-        let result = on_big_stack(|| self.client.compile_spmd(&text, devices));
-        metrics::add(&C.compile_ns, t0.elapsed().as_nanos() as u64);
-        metrics::observe_since(metrics::Phase::Compile, t0);
-        let exe = result?;
-        metrics::add(&C.compiles, 1);
-        crate::persist::store(&self.client, &self.plugin_path, key, &text, &exe);
+        let exe = self.load_or_compile(key, &text, on_compile, devices, || {
+            on_big_stack(|| self.client.compile_spmd(&text, devices))
+        })?;
         Ok(RawExecutable::Pjrt(exe))
     }
 

@@ -152,15 +152,8 @@ impl LoadedExecutable {
         let out_lists: [*mut *mut sys::PJRT_Buffer; 1] = [outs.as_mut_ptr()];
         let mut complete: [*mut sys::PJRT_Event; 1] = [ptr::null_mut()];
 
-        // Forbid donation of every argument the caller did not offer: buffers
-        // are shared (`&Buffer`), and a donated buffer is invalidated.
-        let non_donatable: Vec<i64> = (0..args.len())
-            .filter(|i| !donate.contains(i))
-            .map(|i| i as i64)
-            .collect();
-        let mut options = sys::PJRT_ExecuteOptions::new();
-        options.non_donatable_input_indices = super::api::slice_ptr(&non_donatable);
-        options.num_non_donatable_input_indices = non_donatable.len();
+        let non_donatable = non_donatable(args.len(), donate);
+        let mut options = execute_options(&non_donatable);
 
         let mut a = sys::PJRT_LoadedExecutable_Execute_Args::new();
         a.executable = self.raw.as_ptr();
@@ -254,13 +247,8 @@ impl LoadedExecutable {
         let out_lists: Vec<*mut *mut sys::PJRT_Buffer> =
             outs.iter_mut().map(|l| l.as_mut_ptr()).collect();
         let mut complete: Vec<*mut sys::PJRT_Event> = vec![ptr::null_mut(); n];
-        let non_donatable: Vec<i64> = (0..num_args)
-            .filter(|i| !donate.contains(i))
-            .map(|i| i as i64)
-            .collect();
-        let mut options = sys::PJRT_ExecuteOptions::new();
-        options.non_donatable_input_indices = super::api::slice_ptr(&non_donatable);
-        options.num_non_donatable_input_indices = non_donatable.len();
+        let non_donatable = non_donatable(num_args, donate);
+        let mut options = execute_options(&non_donatable);
 
         let mut a = sys::PJRT_LoadedExecutable_Execute_Args::new();
         a.executable = self.raw.as_ptr();
@@ -420,6 +408,24 @@ impl LoadedExecutable {
         }
         Ok(bytes)
     }
+}
+
+/// Every argument position of `n` the caller did not offer in `donate`:
+/// buffers are shared (`&Buffer`), and a donated buffer is invalidated.
+fn non_donatable(n: usize, donate: &[usize]) -> Vec<i64> {
+    (0..n)
+        .filter(|i| !donate.contains(i))
+        .map(|i| i as i64)
+        .collect()
+}
+
+/// Execute options forbidding donation of `non_donatable` (which must
+/// outlive the call they are passed to).
+fn execute_options(non_donatable: &[i64]) -> sys::PJRT_ExecuteOptions {
+    let mut options = sys::PJRT_ExecuteOptions::new();
+    options.non_donatable_input_indices = super::api::slice_ptr(non_donatable);
+    options.num_non_donatable_input_indices = non_donatable.len();
+    options
 }
 
 impl Drop for LoadedExecutable {

@@ -316,6 +316,19 @@ impl Runtime {
         mut on_compile: impl FnMut(),
     ) -> Result<Executable> {
         let key = region.key;
+        self.cached(key, || {
+            self.backend.compile(key, graph, region, &mut on_compile)
+        })
+    }
+
+    /// The executable of `key` from the in-memory cache, else made by
+    /// `make` and cached (threads missing one key wait for one `make`; a
+    /// failure is not cached).
+    fn cached(
+        &self,
+        key: RegionKey,
+        make: impl FnOnce() -> Result<RawExecutable>,
+    ) -> Result<Executable> {
         let slot = self
             .cache
             .lock()
@@ -325,7 +338,7 @@ impl Runtime {
             metrics::add(&C.cache_hits, 1);
             return Ok(exe.clone());
         }
-        let exe = Arc::new(self.backend.compile(key, graph, region, &mut on_compile)?);
+        let exe = Arc::new(make()?);
         *guard = Some(exe.clone());
         Ok(exe)
     }
@@ -355,15 +368,7 @@ impl Runtime {
         let t0 = Instant::now();
         let (outs, done) = self.backend.execute(exe, &raw, donate, ordinal, outputs)?;
         metrics::add(&C.buffers_donated, donate.len() as u64);
-        let done = if crate::config::launch_blocking() {
-            self.backend.wait(done)?;
-            None
-        } else {
-            Some(done)
-        };
-        metrics::add(&C.execute_ns, t0.elapsed().as_nanos() as u64);
-        metrics::observe_since(metrics::Phase::Launch, t0);
-        metrics::add(&C.regions_executed, 1);
+        let done = self.launched(done, t0)?;
         if outs.len() != outputs.len() {
             return Err(Error::internal(format!(
                 "executable returned {} outputs, expected {}",
@@ -377,6 +382,21 @@ impl Runtime {
             .map(|(b, (s, d))| DeviceBuffer::new(b, s.clone(), *d, ordinal))
             .collect();
         Ok((bufs, done))
+    }
+
+    /// Accounts for a launch begun at `t0`; with `TPU_LAUNCH_BLOCKING=1`
+    /// waits for it here (`None`), else hands its completion back.
+    fn launched(&self, done: Completion, t0: Instant) -> Result<Option<Completion>> {
+        let done = if crate::config::launch_blocking() {
+            self.backend.wait(done)?;
+            None
+        } else {
+            Some(done)
+        };
+        metrics::add(&C.execute_ns, t0.elapsed().as_nanos() as u64);
+        metrics::observe_since(metrics::Phase::Launch, t0);
+        metrics::add(&C.regions_executed, 1);
+        Ok(done)
     }
 
     /// Waits for a launched execution (time counted as execution time).

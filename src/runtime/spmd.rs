@@ -181,21 +181,10 @@ impl Runtime {
         mut on_compile: impl FnMut(),
     ) -> Result<Executable> {
         let key = layout.key(region);
-        let slot = self
-            .cache
-            .lock()
-            .slot(key, crate::config::max_executables());
-        let mut guard = slot.lock();
-        if let Some(exe) = guard.as_ref() {
-            metrics::add(&C.cache_hits, 1);
-            return Ok(exe.clone());
-        }
-        let exe = self
-            .backend
-            .compile_spmd(key, graph, region, layout, &mut on_compile)?;
-        let exe = Arc::new(exe);
-        *guard = Some(exe.clone());
-        Ok(exe)
+        self.cached(key, || {
+            self.backend
+                .compile_spmd(key, graph, region, layout, &mut on_compile)
+        })
     }
 
     /// Launches an SPMD executable on every device of `layout`'s mesh;
@@ -219,15 +208,7 @@ impl Runtime {
             .collect();
         let t0 = Instant::now();
         let (per_device, done) = self.backend.execute_spmd(exe, &lists)?;
-        let done = if crate::config::launch_blocking() {
-            self.backend.wait(done)?;
-            None
-        } else {
-            Some(done)
-        };
-        metrics::add(&C.execute_ns, t0.elapsed().as_nanos() as u64);
-        metrics::observe_since(metrics::Phase::Launch, t0);
-        metrics::add(&C.regions_executed, 1);
+        let done = self.launched(done, t0)?;
         if per_device.iter().any(|o| o.len() != outputs.len()) {
             return Err(Error::internal(format!(
                 "an SPMD executable returned other than {} outputs per device",
