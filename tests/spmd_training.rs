@@ -1,7 +1,8 @@
 //! Training on a mesh of logical CPU devices (issue 12): data-parallel,
 //! fully sharded and tensor-parallel training give the single-device
 //! losses, FSDP keeps every parameter split, and a sharded step compiles
-//! once. One test per binary: the compile counter is process-wide.
+//! once, and resharding stays on the devices. One test per binary: the
+//! compile and transfer counters are process-wide.
 
 use lazyfuse::metrics;
 use lazyfuse::nn::{parallel, Linear, Module};
@@ -59,6 +60,7 @@ fn data_parallel_sgd_equals_single_device_and_compiles_once() {
     close(&dp, &single, "losses");
     assert!(single[5] < single[0], "{single:?}");
     every_strategy_trains_like_one_device(&d);
+    resharding_moves_values_between_devices_not_through_the_host(&d);
 }
 
 /// How a two-layer MLP is placed.
@@ -153,4 +155,47 @@ fn every_strategy_trains_like_one_device(d: &Device) {
     for s in [Strategy::Ddp, Strategy::Fsdp, Strategy::TensorParallel] {
         close(&mlp_losses(d, s), &one, &format!("{s:?} losses"));
     }
+}
+
+/// Resharding a value already on a mesh moves it between the devices
+/// (here: the process-wide transfer counter sees no upload).
+fn resharding_moves_values_between_devices_not_through_the_host(d: &Device) {
+    let grid = Mesh::new(d, &[("dp", 2), ("tp", 2)]).unwrap();
+    let xs = data(8 * 4, 11);
+    let rows = Tensor::from_slice(&xs, &[8, 4], d)
+        .unwrap()
+        .shard(&grid, &[Some("dp"), None])
+        .unwrap();
+    let before = lazyfuse::metrics::snapshot();
+    let specs: [[Option<&str>; 2]; 4] = [
+        [None, Some("tp")],       // an all-to-all
+        [Some("tp"), Some("dp")], // both axes
+        [None, None],             // an all-gather
+        [Some("dp"), None],       // back
+    ];
+    let mut t = rows.clone();
+    for spec in specs {
+        t = t.shard(&grid, &spec).unwrap();
+        assert_eq!(t.sharding().unwrap().unwrap().spec(), spec);
+    }
+    let moved = lazyfuse::metrics::snapshot();
+    assert_eq!(
+        moved.h2d_transfers, before.h2d_transfers,
+        "nothing uploaded"
+    );
+    // A computed value on the mesh reshards too (what it uploads is the
+    // lifted scalar 2.0 and its copies, not the array).
+    let y = rows
+        .mul_scalar(2.0)
+        .unwrap()
+        .shard(&grid, &[None, Some("dp")])
+        .unwrap();
+    let after = lazyfuse::metrics::snapshot();
+    assert!(
+        after.h2d_bytes - moved.h2d_bytes < 8 * 4 * 4,
+        "the array went through the host"
+    );
+    assert_eq!(t.to_vec::<f32>().unwrap(), xs);
+    let twice: Vec<f32> = xs.iter().map(|v| v * 2.0).collect();
+    assert_eq!(y.to_vec::<f32>().unwrap(), twice);
 }

@@ -96,6 +96,17 @@ pub(crate) trait Backend: Send + Sync {
     ) -> Result<RawExecutable> {
         Err(no_spmd(&self.platform_name()))
     }
+    /// Compiles the StableHLO module `text` (with its Shardy mesh and
+    /// shardings) as one SPMD program over `devices`: programs lazyfuse
+    /// writes itself, such as a reshard.
+    fn compile_spmd_text(
+        &self,
+        _key: RegionKey,
+        _text: &str,
+        _devices: &[usize],
+    ) -> Result<RawExecutable> {
+        Err(no_spmd(&self.platform_name()))
+    }
     /// Launches an SPMD executable: `args[p]` are the shards of partition
     /// `p`. Returns each partition's results.
     fn execute_spmd(

@@ -84,6 +84,22 @@ impl PjrtBackend {
 }
 
 impl PjrtBackend {
+    /// The SPMD executable of `text` over `devices`. The key covers the
+    /// mesh and its devices, so the SPMD options (a device assignment) are
+    /// determined by it and the text.
+    fn spmd_text(
+        &self,
+        key: RegionKey,
+        text: &str,
+        devices: &[usize],
+        on_compile: &mut dyn FnMut(),
+    ) -> Result<RawExecutable> {
+        let exe = self.load_or_compile(key, text, on_compile, devices, || {
+            on_big_stack(|| self.client.compile_spmd(text, devices))
+        })?;
+        Ok(RawExecutable::Pjrt(exe))
+    }
+
     /// The executable of `text` (key `key`): from the persistent cache
     /// (given back its SPMD `devices`, if any), else from `compile`, timed,
     /// counted and stored; `on_compile` runs just before compiling.
@@ -203,13 +219,16 @@ impl Backend for PjrtBackend {
         on_compile: &mut dyn FnMut(),
     ) -> Result<RawExecutable> {
         let text = crate::lower::lower_region_spmd(graph, region, layout);
-        let devices = layout.mesh.devices();
-        // The key covers the mesh and its devices, so the SPMD options (a
-        // device assignment) are determined by it and the text.
-        let exe = self.load_or_compile(key, &text, on_compile, devices, || {
-            on_big_stack(|| self.client.compile_spmd(&text, devices))
-        })?;
-        Ok(RawExecutable::Pjrt(exe))
+        self.spmd_text(key, &text, layout.mesh.devices(), on_compile)
+    }
+
+    fn compile_spmd_text(
+        &self,
+        key: RegionKey,
+        text: &str,
+        devices: &[usize],
+    ) -> Result<RawExecutable> {
+        self.spmd_text(key, text, devices, &mut || {})
     }
 
     fn execute_spmd(

@@ -35,6 +35,30 @@ pub(crate) fn lower_region_spmd(graph: &Graph, region: &Region, layout: &SpmdLay
     lower(graph, region, Some(layout))
 }
 
+/// The SPMD program that moves an array of `shape` and `dtype` from
+/// sharding `from` to `to` (same mesh): an identity whose parameter and
+/// result shardings differ, so XLA inserts the all-gather, all-to-all or
+/// slicing between them.
+pub(crate) fn reshard_module(
+    shape: &lazyfuse_ir::Shape,
+    dtype: lazyfuse_ir::DType,
+    from: &crate::spmd::Sharding,
+    to: &crate::spmd::Sharding,
+) -> String {
+    let t = emit::ty(shape, dtype);
+    let mesh = from.mesh();
+    format!(
+        "module @lazyfuse_reshard attributes {{mhlo.num_partitions = {} : i32, \
+         mhlo.num_replicas = 1 : i32}} {{\n  {}\n  func.func public @main(%arg0: {t} \
+         {{sdy.sharding = {}}}) -> ({t} {{sdy.sharding = {}}}) {{\n    \"func.return\"(%arg0) \
+         : ({t}) -> ()\n  }}\n}}\n",
+        mesh.size(),
+        crate::spmd::sdy_mesh(mesh),
+        from.sdy(),
+        to.sdy()
+    )
+}
+
 fn lower(graph: &Graph, region: &Region, layout: Option<&SpmdLayout>) -> String {
     let mut e = Emitter::new(graph);
     e.spmd = layout.is_some();

@@ -187,6 +187,59 @@ impl Runtime {
         })
     }
 
+    /// `buf` (sharded over `to`'s mesh) laid out as `to`, moved on the
+    /// devices by an SPMD identity program (compiled once per shape, dtype
+    /// and pair of shardings): no host round trip. `None` for a buffer not
+    /// on that mesh.
+    pub(crate) fn reshard(
+        &self,
+        buf: &Arc<DeviceBuffer>,
+        to: &Sharding,
+    ) -> Option<Result<Arc<DeviceBuffer>>> {
+        let Placement::Shards(from, shards) = &buf.place else {
+            return None;
+        };
+        if from.mesh() != to.mesh() {
+            return None;
+        }
+        if from == to {
+            return Some(Ok(buf.clone()));
+        }
+        Some(self.reshard_on_devices(buf, from, shards, to))
+    }
+
+    fn reshard_on_devices(
+        &self,
+        buf: &DeviceBuffer,
+        from: &Sharding,
+        shards: &[RawBuffer],
+        to: &Sharding,
+    ) -> Result<Arc<DeviceBuffer>> {
+        use std::hash::{Hash, Hasher};
+        let mut h = lazyfuse_ir::stable_hasher();
+        ("reshard", &buf.shape, buf.dtype, from.key(), to.key()).hash(&mut h);
+        let lo = h.finish();
+        0x7265_7368u64.hash(&mut h);
+        let key = lazyfuse_fusion::RegionKey((u128::from(h.finish()) << 64) | u128::from(lo));
+        let text = crate::lower::reshard_module(&buf.shape, buf.dtype, from, to);
+        let devices = to.mesh().devices();
+        let exe = self.cached(key, || self.backend.compile_spmd_text(key, &text, devices))?;
+        let lists: Vec<Vec<&RawBuffer>> = shards.iter().map(|s| vec![s]).collect();
+        let t0 = Instant::now();
+        let (per_device, done) = self.backend.execute_spmd(&exe, &lists)?;
+        if let Some(done) = self.launched(done, t0)? {
+            self.wait(done)?;
+        }
+        let shards = per_device
+            .into_iter()
+            .map(|mut o| {
+                o.pop()
+                    .ok_or_else(|| Error::internal("a reshard returned no result"))
+            })
+            .collect::<Result<Vec<RawBuffer>>>()?;
+        Ok(self.sharded(shards, buf.shape.clone(), buf.dtype, to))
+    }
+
     /// Launches an SPMD executable on every device of `layout`'s mesh;
     /// `args` are the region's arguments in launch order, each sharded over
     /// the mesh or a one-device array (replicated). Returns the results,

@@ -13,7 +13,9 @@ impl Tensor {
     /// This tensor's value split over `mesh`: dimension `d` is divided
     /// over mesh axis `spec[d]` (`None`: not split); mesh axes `spec` does
     /// not name are replicated. A sync point (the value is computed, then
-    /// its shards are placed on the mesh's devices).
+    /// its shards are placed on the mesh's devices). A value already on
+    /// `mesh` moves between the devices (XLA's all-gather or all-to-all),
+    /// not through the host.
     ///
     /// `Err` at the call site for a spec of the wrong length, an unknown
     /// axis, an axis named twice, a dimension the axis does not divide, or
@@ -28,8 +30,15 @@ impl Tensor {
                 self.device()
             )));
         }
+        let sharding = Sharding::new(mesh, self.shape(), spec).map_err(fail)?;
+        if self.0.logical.get().is_none() {
+            // Already on this mesh: moved on the devices.
+            let buf = self.materialize(FlushReason::Realize)?;
+            if let Some(moved) = self.device().rt.reshard(&buf, &sharding) {
+                return Ok(Tensor::ready(moved?, self.device()));
+            }
+        }
         let host = self.to_host()?;
-        let sharding = Sharding::new(mesh, &host.shape, spec).map_err(fail)?;
         let buf = self.device().rt.upload_sharded(&host, &sharding)?;
         Ok(Tensor::ready(buf, self.device()))
     }
