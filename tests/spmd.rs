@@ -182,3 +182,43 @@ fn dropout_on_a_sharded_tensor_drops_the_same_elements() {
     }
     assert!(single.contains(&0.0) && single.iter().any(|&v| v != 0.0));
 }
+
+/// Found by `fuzz_spmd` (seed 8, program 219): with the contraction of a
+/// half-precision matmul split, each device's partial product was rounded
+/// to f16 before XLA summed them, so two overflowing partial products of
+/// opposite signs gave inf + -inf = NaN where one device accumulates in
+/// f32 and gets a finite sum. SPMD programs now compute half matmuls in
+/// f32 (`src/lower/contract.rs`).
+#[test]
+fn a_split_half_precision_contraction_sums_unrounded_partials() {
+    let d = dev8();
+    let mesh = Mesh::new(&d, &[("dp", 2)]).unwrap();
+    let f16 = |v: &[f64], dims: &[usize]| {
+        let h = lazyfuse::HostTensor::from_f64(v, lazyfuse::Shape::new(dims), lazyfuse::DType::F16);
+        Tensor::from_host(&h, &d).unwrap()
+    };
+    // 300 * 300 = 90000 and 300 * -299 = -89700 overflow f16; their sum,
+    // 300, does not.
+    let a = f16(&[300.0, 300.0, 1.0, 2.0], &[2, 2]);
+    let b = f16(&[300.0, -299.0], &[2, 1]);
+    let one = a
+        .matmul(&b)
+        .unwrap()
+        .to_dtype(lazyfuse::DType::F32)
+        .unwrap();
+    let one = one.to_vec::<f32>().unwrap();
+    assert_eq!(one, [300.0, -298.0]);
+    let (sa, sb) = (
+        a.shard(&mesh, &[None, Some("dp")]).unwrap(),
+        b.shard(&mesh, &[Some("dp"), None]).unwrap(),
+    );
+    for fuse in [true, false] {
+        let _g = FusionGuard::new(fuse);
+        let y = sa
+            .matmul(&sb)
+            .unwrap()
+            .to_dtype(lazyfuse::DType::F32)
+            .unwrap();
+        assert_eq!(y.to_vec::<f32>().unwrap(), one, "fused {fuse}");
+    }
+}

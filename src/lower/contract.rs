@@ -271,9 +271,21 @@ pub(super) fn matmul(e: &mut Emitter<'_>, id: NodeId) -> String {
         Shape::new(&d)
     };
     let (sa, sb) = (full(&a.shape), full(&b.shape));
+    // In an SPMD program a split contraction is summed across devices
+    // after each device's dot: half types compute in f32 there, so the
+    // partial sums are not rounded (and overflowed) to the half type
+    // before the all-reduce, as one device's f32 accumulation does not
+    // (fuzz_spmd seed 8, program 219: inf + -inf = NaN).
+    let acc = if e.spmd && matches!(node.dtype, DType::F16 | DType::BF16) {
+        DType::F32
+    } else {
+        node.dtype
+    };
     let va = e.value(node.inputs[0]);
     let vb = e.value(node.inputs[1]);
-    let va = e.broadcast(&va, &a.shape, &sa, a.dtype);
+    let va = e.convert(&va, &a.shape, a.dtype, acc);
+    let vb = e.convert(&vb, &b.shape, b.dtype, acc);
+    let va = e.broadcast(&va, &a.shape, &sa, acc);
     if b.shape.dims()[..b.shape.rank() - 2].iter().all(|&d| d == 1) {
         // `[..., m, k] x [k, n]` (a shared weight): one large GEMM with the
         // batch dims folded into m, instead of materialising a broadcast
@@ -283,29 +295,30 @@ pub(super) fn matmul(e: &mut Emitter<'_>, id: NodeId) -> String {
         // dims about 4x slower than the same GEMM in 2-D (measured on a
         // hidden-512 Llama decode step: 66 ms -> 17 ms per token).
         let kn = Shape::new(&b.shape.dims()[b.shape.rank() - 2..]);
-        let vb = e.reshape(&vb, &b.shape, &kn, b.dtype);
+        let vb = e.reshape(&vb, &b.shape, &kn, acc);
         let (k, n) = (kn.dims()[0], kn.dims()[1]);
         let rows: usize = sa.dims()[..sa.rank() - 1].iter().product();
         let (lhs2, out2) = (Shape::new(&[rows, k]), Shape::new(&[rows, n]));
         let va = if nb == 0 {
             va
         } else {
-            e.reshape(&va, &sa, &lhs2, a.dtype)
+            e.reshape(&va, &sa, &lhs2, acc)
         };
         let attr = "dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]>";
         let y = e.op(
             "stablehlo.dot_general",
-            &[(&va, ty(&lhs2, a.dtype)), (&vb, ty(&kn, b.dtype))],
+            &[(&va, ty(&lhs2, acc)), (&vb, ty(&kn, acc))],
             attr,
-            &ty(&out2, node.dtype),
+            &ty(&out2, acc),
         );
+        let y = e.convert(&y, &out2, acc, node.dtype);
         return if nb == 0 {
             y
         } else {
             e.reshape(&y, &out2, out, node.dtype)
         };
     }
-    let vb = e.broadcast(&vb, &b.shape, &sb, b.dtype);
+    let vb = e.broadcast(&vb, &b.shape, &sb, acc);
     let bd = (0..nb)
         .map(|i| i.to_string())
         .collect::<Vec<_>>()
@@ -315,10 +328,11 @@ pub(super) fn matmul(e: &mut Emitter<'_>, id: NodeId) -> String {
         nb + 1,
         nb
     );
-    e.op(
+    let y = e.op(
         "stablehlo.dot_general",
-        &[(&va, ty(&sa, a.dtype)), (&vb, ty(&sb, b.dtype))],
+        &[(&va, ty(&sa, acc)), (&vb, ty(&sb, acc))],
         &attr,
-        &ty(out, node.dtype),
-    )
+        &ty(out, acc),
+    );
+    e.convert(&y, out, acc, node.dtype)
 }
