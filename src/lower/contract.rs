@@ -257,6 +257,12 @@ pub(super) fn argmax(
     e.reshape(&v, &flat, out_shape, DType::I64)
 }
 
+/// The `k` of a matmul node: the last dim of its first operand.
+pub(super) fn contraction_len(e: &Emitter<'_>, node: &lazyfuse_ir::Node) -> usize {
+    let a = &e.graph.node(node.inputs[0]).shape;
+    a.dims()[a.rank() - 1]
+}
+
 /// The batched matrix product of node `id`'s operands as one `dot_general`.
 pub(super) fn matmul(e: &mut Emitter<'_>, id: NodeId) -> String {
     let g = e.graph;

@@ -6,7 +6,7 @@
 //! broadcast, slice, concat), reductions and contractions (in `contract.rs`),
 //! and the indexed read and random generator (in `index.rs`).
 
-use super::contract::{argmax, matmul, reduce};
+use super::contract::{argmax, contraction_len, matmul, reduce};
 use super::emit::{compare_attr, i64_array, ty, Emitter};
 use lazyfuse_ir::{BinaryOp, CmpOp, DType, Literal, Node, NodeId, Op, ReduceOp, Shape, UnaryOp};
 
@@ -73,12 +73,6 @@ fn inject_compile_fault(e: &mut Emitter<'_>, node: &Node) {
             &ty(&node.shape, node.dtype),
         );
     }
-}
-
-/// The `k` of a matmul node: the last dim of its first operand.
-fn contraction_len(e: &Emitter<'_>, node: &Node) -> usize {
-    let a = &e.graph.node(node.inputs[0]).shape;
-    a.dims()[a.rank() - 1]
 }
 
 // ---- Operands ---------------------------------------------------------------

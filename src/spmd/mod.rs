@@ -4,7 +4,7 @@
 //! writes no distributed engine of its own.
 //!
 //! A sharded tensor is an ordinary tensor whose buffer is a set of per-
-//! device shards ([`crate::runtime::DeviceBuffer`]). A region with a
+//! device shards (the runtime's device buffers). A region with a
 //! sharded parameter is lowered with `#sdy.sharding`s on its parameters and
 //! results and compiled as one SPMD program over the mesh; an unsharded
 //! parameter of the mesh's client takes part as replicated.
