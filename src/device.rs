@@ -138,7 +138,7 @@ impl Device {
                 "cpu_device_count",
                 crate::pjrt::NamedValue::Int(n as i64),
             )],
-            compile: Vec::new(),
+            ..ClientSetup::default()
         };
         static SIZED: OnceLock<Mutex<HashMap<usize, Arc<ClientEntry>>>> = OnceLock::new();
         let mut sized = SIZED.get_or_init(Default::default).lock();
@@ -148,6 +148,19 @@ impl Device {
         let c = ClientEntry::new(Runtime::load(&path, &setup)?, setup);
         sized.insert(n, c.clone());
         Ok(Device::new(&c, 0))
+    }
+
+    /// Device 0 of a CPU client made as `options` says: its number of
+    /// logical devices, and its place in a multi-process run. XLA's CPU
+    /// plugin has no cross-process collectives, so a run of more than one
+    /// process is an `Err` here, naming the plugins that have them (GPU:
+    /// [`CudaOptions::distributed`]); a run of one process is the plain
+    /// [`Device::cpu_with_devices`] client.
+    pub fn cpu_with(options: &crate::CpuOptions) -> Result<Device> {
+        if let Some(d) = &options.distributed {
+            d.cpu_refusal().map_err(Error::Plugin)?;
+        }
+        Device::cpu_with_devices(options.devices)
     }
 
     /// Device 0 of the PJRT plugin at `path` (loaded once per process).
@@ -207,6 +220,7 @@ impl Device {
         let setup = ClientSetup {
             create,
             compile: crate::plugin::cuda::compile_overrides(install.as_ref()),
+            distributed: options.distributed.clone(),
         };
         let dev = Device::new(&client(&path, setup, true)?, 0);
         let platform = dev.rt.platform_name();
@@ -262,6 +276,26 @@ impl Device {
     /// interpreter).
     pub fn plugin_path(&self) -> &Path {
         self.rt.plugin_path()
+    }
+
+    /// This process's index in its multi-process run (0 for a run of one
+    /// process), as its client was created.
+    pub fn process_index(&self) -> usize {
+        self.client
+            .setup
+            .distributed
+            .as_ref()
+            .map_or(0, |d| d.process_index)
+    }
+
+    /// Number of processes in this client's run (1 unless it was created
+    /// with [`crate::Distributed`] options).
+    pub fn process_count(&self) -> usize {
+        self.client
+            .setup
+            .distributed
+            .as_ref()
+            .map_or(1, |d| d.process_count)
     }
 
     /// This device's ordinal among its plugin's addressable devices.

@@ -125,6 +125,28 @@ fn provisioning_from_a_clean_cache() {
     let (major, minor) = plugin.api_version();
     eprintln!("plugin API version {major}.{minor}");
     assert!(major == 0 && minor >= 81, "{major}.{minor}");
+    // The multi-process options, typed as the plugin validates them
+    // (`node_id`, `num_nodes` Int64) with the key-value callbacks: the
+    // plugin accepts them and fails only where every client fails without
+    // a GPU (a wrong type would be its "type mismatch" error instead).
+    let distributed = CudaOptions {
+        distributed: Some(lazyfuse::Distributed::new(
+            0,
+            2,
+            std::sync::Arc::new(lazyfuse::InMemoryKeyValueStore::new()),
+        )),
+        ..CudaOptions::default()
+    };
+    let with_store = lazyfuse::pjrt::Client::with_store(
+        plugin.clone(),
+        &distributed.create_options().unwrap(),
+        &[],
+        distributed.distributed.as_ref().map(|d| d.store.clone()),
+    );
+    if cuda::visible_gpus().is_err() {
+        let e = with_store.expect_err("a client without a GPU");
+        assert!(e.to_string().contains("No visible GPU devices"), "{e}");
+    }
     let created = lazyfuse::pjrt::Client::with_options(
         plugin,
         &CudaOptions::default().create_options().unwrap(),

@@ -56,3 +56,35 @@ fn mixing_devices_in_one_op_is_an_err() {
         e.map(|t| t.dims().to_vec())
     );
 }
+
+/// The multi-process options on the CPU plugin: one process is the plain
+/// client; more is an `Err` naming why (the plugin has no cross-process
+/// collectives), never a silent single-process client.
+#[test]
+fn a_multi_process_cpu_client_is_refused_and_one_process_is_plain() {
+    use lazyfuse::{CpuOptions, Distributed, InMemoryKeyValueStore};
+    use std::sync::Arc;
+    let store = Arc::new(InMemoryKeyValueStore::new());
+    let two = CpuOptions {
+        devices: 4,
+        distributed: Some(Distributed::new(1, 2, store.clone())),
+    };
+    let e = Device::cpu_with(&two).unwrap_err().to_string();
+    assert!(e.contains("no cross-process collectives"), "{e}");
+    assert!(e.contains("process 1 of 2"), "{e}");
+    let outside = CpuOptions {
+        devices: 4,
+        distributed: Some(Distributed::new(3, 2, store.clone())),
+    };
+    let e = Device::cpu_with(&outside).unwrap_err().to_string();
+    assert!(e.contains("outside a run of 2"), "{e}");
+
+    let one = CpuOptions {
+        devices: 4,
+        distributed: Some(Distributed::new(0, 1, store)),
+    };
+    let d = Device::cpu_with(&one).unwrap();
+    assert_eq!((d.process_index(), d.process_count()), (0, 1));
+    assert_eq!(d.device_count(), 4);
+    assert_eq!(program(&d), program(&Device::cpu().unwrap()));
+}

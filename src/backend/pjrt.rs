@@ -20,6 +20,9 @@ pub(crate) struct ClientSetup {
     pub create: Vec<pjrt::CreateOption>,
     /// Debug options set for every compile on this client.
     pub compile: Vec<pjrt::CompileOverride>,
+    /// The process's place in a multi-process run, whose store the plugin
+    /// is given (`None`: one process).
+    pub distributed: Option<crate::plugin::Distributed>,
 }
 
 /// Stack of the thread an XLA compile runs on. XLA's fusion emitter
@@ -69,8 +72,9 @@ impl PjrtBackend {
                 path.display()
             ))
         })?;
-        let client =
-            pjrt::Client::with_options(plugin, &setup.create, &setup.compile).map_err(|e| {
+        let store = setup.distributed.as_ref().map(|d| d.store.clone());
+        let client = pjrt::Client::with_store(plugin, &setup.create, &setup.compile, store)
+            .map_err(|e| {
                 crate::Error::Plugin(format!(
                     "cannot create a client from {}: {e}",
                     path.display()

@@ -97,25 +97,25 @@ fn with_thread_graph<R>(
     GRAPHS.with(|c| {
         {
             let list = c.borrow();
-            let mut first = None;
             for x in list.iter().filter(|x| x.device.same_device(device)) {
+                // An op with no mesh value records into the device's first
+                // graph, whatever mesh it holds: no lock on the hot path.
+                let Some(m) = mesh else {
+                    return f(x);
+                };
                 let mut claimed = x.mesh.lock();
-                match (mesh, &*claimed) {
-                    (None, _) if first.is_none() => first = Some(x),
-                    (Some(m), Some(c)) if c == m => {
+                match &*claimed {
+                    Some(c) if c == m => {
                         drop(claimed);
                         return f(x);
                     }
-                    (Some(m), None) => {
+                    None => {
                         *claimed = Some(m.clone());
                         drop(claimed);
                         return f(x);
                     }
-                    _ => {}
+                    Some(_) => {}
                 }
-            }
-            if let Some(x) = first {
-                return f(x);
             }
         }
         let g = Arc::new(ThreadGraph {

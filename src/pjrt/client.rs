@@ -61,8 +61,22 @@ impl Client {
         options: &[CreateOption],
         compile: &[CompileOverride],
     ) -> Result<Client> {
+        Client::with_store(plugin, options, compile, None)
+    }
+
+    /// [`Client::with_options`] with a key-value store for the plugin's
+    /// multi-process set-up (see [`super::KeyValueStore`]): the plugin's
+    /// clients in the other processes of the run (`node_id` / `num_nodes`
+    /// on XLA's GPU plugin) exchange their topology through it. Plugins
+    /// without cross-process collectives never call it.
+    pub fn with_store(
+        plugin: Arc<Plugin>,
+        options: &[CreateOption],
+        compile: &[CompileOverride],
+        kv: Option<Arc<dyn super::KeyValueStore>>,
+    ) -> Result<Client> {
         Ok(Client {
-            inner: ClientInner::create(plugin, options)?,
+            inner: ClientInner::create(plugin, options, kv)?,
             compile_options: compile_options_bytes_with(compile),
             compile_extra: compile.to_vec(),
         })

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use super::api::Plugin;
 use super::error::{Error, Result};
+use super::kv::{KeyValueStore, KvHook};
 use super::named::{raw_named_values, CreateOption};
 use super::sys;
 use super::PjrtStruct;
@@ -27,6 +28,9 @@ pub(crate) struct ClientInner {
     /// The global id of each addressable device (what a compiled device
     /// assignment names), in the same order.
     ids: Vec<i64>,
+    /// The key-value store the plugin may call back into for as long as
+    /// the client lives (dropped after the client is destroyed).
+    _kv: Option<KvHook>,
 }
 
 // SAFETY: a PJRT client is thread-safe by contract (all client entry points
@@ -38,15 +42,22 @@ unsafe impl Sync for ClientInner {}
 
 impl ClientInner {
     /// Creates a client on `plugin` with `options` (none: the plugin's
-    /// defaults) and enumerates its addressable devices.
+    /// defaults) and, when given, the key-value store `kv` for the
+    /// plugin's cross-process set-up, and enumerates its addressable
+    /// devices.
     pub(crate) fn create(
         plugin: Arc<Plugin>,
         options: &[CreateOption],
+        kv: Option<Arc<dyn KeyValueStore>>,
     ) -> Result<Arc<ClientInner>> {
         let raw_options = raw_named_values(options);
         let mut a = sys::PJRT_Client_Create_Args::new();
         a.create_options = super::api::slice_ptr(&raw_options);
         a.num_options = raw_options.len();
+        let kv = kv.map(KvHook::new);
+        if let Some(hook) = &kv {
+            hook.install(&mut a);
+        }
         pjrt_call!(&*plugin, PJRT_Client_Create, &mut a)?;
         let raw = NonNull::new(a.client).ok_or_else(|| {
             Error::binding("PJRT_Client_Create: plugin returned no client and no error")
@@ -57,6 +68,7 @@ impl ClientInner {
             raw,
             devices: Vec::new(),
             ids: Vec::new(),
+            _kv: kv,
         };
 
         let mut d = sys::PJRT_Client_AddressableDevices_Args::new();

@@ -6,8 +6,8 @@
 //! out, run an executable on one device, cache executables), and it needs them
 //! with strict guarantees: every PJRT object is destroyed exactly once, every
 //! `PJRT_Error` becomes a Rust [`Error`] (and is freed), no panic can cross the
-//! FFI boundary (this binding registers no callbacks at all), and the plugin
-//! library is never unloaded.
+//! FFI boundary (the only callbacks it registers, the key-value store's of
+//! [`KeyValueStore`], catch them), and the plugin library is never unloaded.
 //!
 //! Ownership model:
 //! * [`Plugin`] is the loaded library plus its `PJRT_Api` table; it lives for
@@ -82,6 +82,7 @@ mod error;
 mod executable;
 mod hlo;
 mod inner;
+mod kv;
 mod named;
 mod options;
 
@@ -93,6 +94,7 @@ pub use client::Client;
 pub use error::{Error, ErrorCode, Result};
 pub use executable::{Completion, LoadedExecutable};
 pub use hlo::Collective;
+pub use kv::{InMemoryKeyValueStore, KeyValueStore, KvError};
 pub use named::{CreateOption, NamedValue};
 pub use options::{
     compile_options_bytes, compile_options_bytes_with, spmd_compile_options_bytes, CompileOverride,
@@ -113,6 +115,9 @@ pjrt_structs! {
     PJRT_Event_Await_Args => PJRT_Event_Await_Args_STRUCT_SIZE,
     PJRT_NamedValue => PJRT_NamedValue_STRUCT_SIZE,
     PJRT_Client_Create_Args => PJRT_Client_Create_Args_STRUCT_SIZE,
+    PJRT_KeyValueGetCallback_Args => PJRT_KeyValueGetCallback_Args_STRUCT_SIZE,
+    PJRT_KeyValueTryGetCallback_Args => PJRT_KeyValueTryGetCallback_Args_STRUCT_SIZE,
+    PJRT_KeyValuePutCallback_Args => PJRT_KeyValuePutCallback_Args_STRUCT_SIZE,
     PJRT_Client_Destroy_Args => PJRT_Client_Destroy_Args_STRUCT_SIZE,
     PJRT_Client_PlatformName_Args => PJRT_Client_PlatformName_Args_STRUCT_SIZE,
     PJRT_Client_PlatformVersion_Args => PJRT_Client_PlatformVersion_Args_STRUCT_SIZE,

@@ -197,6 +197,9 @@ pub struct CudaOptions {
     pub preallocate: Option<bool>,
     /// The allocator: `default`, `platform`, `bfc`, `cuda_async`, `vmm` or `address`.
     pub allocator: Option<String>,
+    /// This process's place in a multi-process run (`node_id`, `num_nodes`
+    /// and the key-value store the plugin exchanges NCCL ids through).
+    pub distributed: Option<super::Distributed>,
 }
 
 impl CudaOptions {
@@ -221,6 +224,7 @@ impl CudaOptions {
             memory_fraction,
             preallocate,
             allocator: var(ALLOCATOR_ENV).map(|v| v.to_ascii_lowercase()),
+            distributed: None,
         };
         o.create_options()?;
         Ok(o)
@@ -250,6 +254,9 @@ impl CudaOptions {
                 ));
             }
             v.push(CreateOption::new("allocator", NamedValue::Str(a.clone())));
+        }
+        if let Some(d) = &self.distributed {
+            v.extend(d.gpu_create_options()?);
         }
         Ok(v)
     }
@@ -395,6 +402,7 @@ mod tests {
             memory_fraction: Some(0.5),
             preallocate: Some(false),
             allocator: Some("bfc".into()),
+            distributed: None,
         };
         let v = o.create_options().unwrap();
         assert_eq!(

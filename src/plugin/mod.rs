@@ -10,8 +10,11 @@
 //! `TPU_PJRT_PLUGIN` at a plugin they already have.
 
 pub mod cuda;
+mod distributed;
 mod driver;
 mod fetch;
+
+pub use distributed::{CpuOptions, Distributed};
 
 use fetch::{PinnedWheel, TempDir};
 use std::fs;
