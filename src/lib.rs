@@ -62,7 +62,7 @@ pub use plugin::cuda::CudaOptions;
 pub use plugin::{CpuOptions, Distributed};
 pub use spmd::{Mesh, Sharding};
 pub use tensor::dynamic::sites::reset_dynamic_sites;
-pub use tensor::{flush, realize_all, sync, Tensor};
+pub use tensor::{flush, realize_all, sync, Local, Reduction, Tensor};
 
 /// The IR and planner crates, for tools that inspect graphs and plans.
 pub use lazyfuse_fusion as fusion;

@@ -51,6 +51,7 @@ pub fn infer(op: &Op, inputs: &[Operand<'_>]) -> Result<(Shape, DType), InferErr
         Op::Reshape(to) => reshape(inputs[0], to),
         Op::Permute(perm) => permute(inputs[0], perm),
         Op::BroadcastTo(to) => broadcast_to(inputs[0], to),
+        Op::ShardingConstraint(split) => sharding_constraint(inputs[0], split),
         Op::Slice { axis, start, len } => slice(inputs[0], *axis, *start, *len),
         Op::Concat { axis } => concat(*axis, inputs),
         Op::DynamicSlice { axis, len } => dynamic_slice(inputs, *axis, *len),
@@ -231,6 +232,28 @@ fn permute((s, d): Operand<'_>, perm: &Axes) -> Result<(Shape, DType), InferErro
         }
     }
     Ok((Shape(perm.iter().map(|&p| s.dims()[p]).collect()), d))
+}
+
+/// A sharding constraint names one mesh axis (or none) per dimension,
+/// each axis at most once.
+fn sharding_constraint(
+    (s, d): Operand<'_>,
+    split: &crate::SplitAxes,
+) -> Result<(Shape, DType), InferError> {
+    if split.len() != s.rank() {
+        return err(format!(
+            "a sharding constraint needs one entry per dimension: {} given for shape {s}",
+            split.len()
+        ));
+    }
+    for (i, a) in split.iter().enumerate() {
+        if a.is_some() && split[..i].contains(a) {
+            return err(format!(
+                "mesh axis {a:?} splits two dimensions in {split:?}"
+            ));
+        }
+    }
+    Ok((s.clone(), d))
 }
 
 /// `broadcast_to` follows NumPy's rules.

@@ -9,6 +9,12 @@ use std::hash::{Hash, Hasher};
 /// Axis lists (permutations, reduced axes), inline up to rank 4.
 pub type Axes = SmallVec<[usize; 4]>;
 
+/// Per dimension of a value, the index of the device-mesh axis it is split
+/// over, or `None`: the layout a [`Op::ShardingConstraint`] asks for. The
+/// IR knows meshes only as these indices; what an index names is the
+/// runtime's business.
+pub type SplitAxes = SmallVec<[Option<u8>; 6]>;
+
 /// A host scalar literal (for `full`, scalar operands and constants).
 /// Floats compare and hash by bit pattern so NaN and -0.0 are distinct literals.
 #[derive(Clone, Copy, Debug)]
@@ -208,6 +214,12 @@ pub enum Op {
     Permute(Axes),
     /// NumPy-style broadcast to the given shape.
     BroadcastTo(Shape),
+    /// The operand itself (an identity), declared laid out over a device
+    /// mesh as the split says: one entry per dimension. It changes no
+    /// value; a program partitioned over many devices keeps the value
+    /// split that way there (XLA's sharding constraint). A program on one
+    /// device ignores it.
+    ShardingConstraint(SplitAxes),
     /// `len` elements from `start` along `axis`.
     Slice {
         /// The sliced axis.
@@ -282,6 +294,7 @@ impl Op {
             Op::Reshape(_) => "reshape",
             Op::Permute(_) => "permute",
             Op::BroadcastTo(_) => "broadcast_to",
+            Op::ShardingConstraint(_) => "sharding_constraint",
             Op::Slice { .. } => "narrow",
             Op::Concat { .. } => "cat",
             Op::DynamicSlice { .. } => "dynamic_slice",
@@ -357,6 +370,7 @@ impl Op {
             | Op::Reshape(_)
             | Op::Permute(_)
             | Op::BroadcastTo(_)
+            | Op::ShardingConstraint(_)
             | Op::Slice { .. }
             | Op::RandomUniform { .. } => 1,
             Op::Binary(_)

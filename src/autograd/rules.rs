@@ -218,6 +218,8 @@ pub(super) fn input_grads(
             out[0] = Some(g.permute(&inv)?);
         }
         Op::BroadcastTo(_) => out[0] = Some(sum_to(g, x[0].shape())?),
+        // The gradient keeps the value's layout.
+        Op::ShardingConstraint(split) => out[0] = Some(g.constrain(split)?),
         Op::Slice { axis, start, len } => out[0] = Some(slice_back(&x[0], *axis, *start, *len, g)?),
         Op::Concat { axis } => {
             let mut at = 0;

@@ -69,6 +69,8 @@ pub struct Emitter<'g> {
     /// Lowering one SPMD program: reductions must use bodies XLA's
     /// partitioner can turn into all-reduces.
     pub spmd: bool,
+    /// The SPMD program's mesh (what sharding constraints name).
+    pub mesh: Option<crate::spmd::Mesh>,
 }
 
 impl<'g> Emitter<'g> {
@@ -82,6 +84,7 @@ impl<'g> Emitter<'g> {
             loc: String::new(),
             splats: vec![None; graph.len()],
             spmd: false,
+            mesh: None,
         }
     }
 

@@ -27,7 +27,11 @@ pub fn fold(e: &mut Emitter<'_>, id: NodeId) -> Option<String> {
             e.set_splat(id, interp::scalar_constant(*value, *dtype));
             None
         }
-        Op::Reshape(_) | Op::Permute(_) | Op::BroadcastTo(_) | Op::Slice { .. } => {
+        Op::Reshape(_)
+        | Op::Permute(_)
+        | Op::BroadcastTo(_)
+        | Op::ShardingConstraint(_)
+        | Op::Slice { .. } => {
             if let Some(s) = e.splat(node.inputs[0]).cloned() {
                 e.set_splat(id, s);
             }

@@ -59,9 +59,34 @@ pub(crate) fn reshard_module(
     )
 }
 
+/// A sharding constraint: in an SPMD program `sdy.sharding_constraint`
+/// with the split propagation gives it (see
+/// [`crate::spmd::constraint_axes`]), so Shardy keeps the value split so;
+/// on one device, its operand.
+pub(super) fn sharding_constraint(
+    e: &mut emit::Emitter<'_>,
+    node: &lazyfuse_ir::Node,
+    split: &lazyfuse_ir::SplitAxes,
+) -> String {
+    let x = e.value(node.inputs[0]);
+    let Some(mesh) = e.mesh.clone() else {
+        return x;
+    };
+    let axes = crate::spmd::constraint_axes(split, &node.shape, &mesh);
+    let sharding = crate::spmd::Sharding::from_axes(&mesh, axes).sdy();
+    let t = emit::ty(&node.shape, node.dtype);
+    e.op(
+        "sdy.sharding_constraint",
+        &[(&x, t.clone())],
+        &format!("sharding = {sharding}"),
+        &t,
+    )
+}
+
 fn lower(graph: &Graph, region: &Region, layout: Option<&SpmdLayout>) -> String {
     let mut e = Emitter::new(graph);
     e.spmd = layout.is_some();
+    e.mesh = layout.map(|l| l.mesh.clone());
     let mut params: Vec<String> = Vec::with_capacity(region.params.len());
     for (i, &p) in region.params.iter().enumerate() {
         if region.is_lifted(i) {

@@ -51,6 +51,7 @@ pub fn lower_node(e: &mut Emitter<'_>, id: NodeId) {
         Op::Reshape(_) => reshape(e, node),
         Op::Permute(perm) => permute(e, node, perm),
         Op::BroadcastTo(_) => broadcast_operand(e, node, 0),
+        Op::ShardingConstraint(split) => super::sharding_constraint(e, node, split),
         Op::Slice { axis, start, len } => slice(e, node, *axis, *start, *len),
         Op::Concat { axis } => concat(e, node, *axis),
         Op::MatMul => matmul(e, id),

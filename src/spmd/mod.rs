@@ -14,7 +14,7 @@ mod propagate;
 
 pub(crate) use mesh::sdy_mesh;
 pub use mesh::{Mesh, Sharding};
-pub(crate) use propagate::output_shardings;
+pub(crate) use propagate::{constraint_axes, output_shardings};
 
 use lazyfuse_fusion::Region;
 use lazyfuse_ir::Graph;

@@ -13,7 +13,7 @@
 
 use super::mesh::{Mesh, Sharding};
 use lazyfuse_fusion::Region;
-use lazyfuse_ir::{Graph, NodeId, Op, Shape};
+use lazyfuse_ir::{Graph, NodeId, Op, Shape, SplitAxes};
 use std::collections::HashMap;
 
 /// Per dimension, the mesh axis it is split over.
@@ -89,6 +89,7 @@ fn node_axes(graph: &Graph, id: NodeId, mesh: &Mesh, known: &HashMap<NodeId, Axe
         Op::Reduce { axes, keepdim, .. } => reduce(of(0).0, axes, *keepdim),
         Op::ArgMax { axis, keepdim } => reduce(of(0).0, &[*axis], *keepdim),
         Op::Permute(perm) => perm.iter().map(|&p| of(0).0[p]).collect(),
+        Op::ShardingConstraint(split) => return constraint_axes(split, out, mesh),
         Op::Reshape(_) => {
             let (a, s) = of(0);
             reshape(a, s, out)
@@ -115,6 +116,18 @@ fn node_axes(graph: &Graph, id: NodeId, mesh: &Mesh, known: &HashMap<NodeId, Axe
         }
     };
     legal(axes, out, mesh)
+}
+
+/// The split a sharding constraint gives a value of `shape` on `mesh`:
+/// its axes, less any the mesh does not have or that do not divide their
+/// dimension. The lowering declares exactly this to XLA.
+pub(crate) fn constraint_axes(split: &SplitAxes, shape: &Shape, mesh: &Mesh) -> Axes {
+    let n = mesh.axes().count();
+    let axes = split
+        .iter()
+        .map(|a| a.map(usize::from).filter(|&a| a < n))
+        .collect();
+    legal(axes, shape, mesh)
 }
 
 /// Each axis used at most once, and only on a dimension it divides.

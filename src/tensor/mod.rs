@@ -10,9 +10,12 @@ mod create;
 mod display;
 pub(crate) mod dynamic;
 mod index;
+mod manual;
 mod ops;
 mod overload;
 mod shard;
+
+pub use manual::{Local, Reduction};
 
 use crate::lazy::{LazyArg, TensorInner};
 use crate::metrics::FlushReason;

@@ -7,6 +7,7 @@ use super::Tensor;
 use crate::metrics::FlushReason;
 use crate::spmd::{Mesh, Sharding};
 use crate::{Error, Result};
+use lazyfuse_ir::{Op, SplitAxes};
 use std::panic::Location;
 
 impl Tensor {
@@ -51,6 +52,41 @@ impl Tensor {
     pub fn replicate(&self, mesh: &Mesh) -> Result<Tensor> {
         let spec = vec![None; self.dims().len()];
         self.shard(mesh, &spec)
+    }
+
+    /// This tensor, kept split over `mesh` as `spec` says inside the
+    /// program that computes it (XLA's sharding constraint, as
+    /// `jax.lax.with_sharding_constraint`): recorded lazily like any op,
+    /// no sync point, the value unchanged. Propagation gives the result
+    /// this split, and XLA's partitioner keeps it there rather than
+    /// choosing its own; an intermediate that would otherwise be
+    /// replicated stays split. In a program on one device it does
+    /// nothing.
+    ///
+    /// `Err` at the call site for a spec of the wrong length, an unknown
+    /// axis, an axis named twice, or a dimension the axis does not divide.
+    #[track_caller]
+    pub fn with_sharding_constraint(&self, mesh: &Mesh, spec: &[Option<&str>]) -> Result<Tensor> {
+        let at = Location::caller();
+        let sharding = Sharding::new(mesh, self.shape(), spec)
+            .map_err(|m| Error::op("with_sharding_constraint", m, self.describe(), at))?;
+        let split = sharding
+            .axes()
+            .iter()
+            .map(|a| a.map(|a| a as u8))
+            .collect::<SplitAxes>();
+        Tensor::apply(Op::ShardingConstraint(split), &[self], at)
+    }
+
+    /// This tensor under the sharding constraint `split` (mesh axis
+    /// indices), for layers that derive it (autograd, manual regions).
+    #[track_caller]
+    pub(crate) fn constrain(&self, split: &SplitAxes) -> Result<Tensor> {
+        Tensor::apply(
+            Op::ShardingConstraint(split.clone()),
+            &[self],
+            Location::caller(),
+        )
     }
 
     /// Where this tensor lives: its sharding when it is on a mesh, `None`

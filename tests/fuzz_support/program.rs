@@ -232,6 +232,10 @@ pub fn op_rust(op: &Op) -> String {
         Op::Reshape(s) => format!("Op::Reshape({})", shape_rust(s)),
         Op::Permute(p) => format!("Op::Permute(Axes::from_slice(&{:?}))", p.as_slice()),
         Op::BroadcastTo(s) => format!("Op::BroadcastTo({})", shape_rust(s)),
+        Op::ShardingConstraint(a) => format!(
+            "Op::ShardingConstraint(SplitAxes::from_slice(&{:?}))",
+            a.as_slice()
+        ),
         Op::Slice { axis, start, len } => {
             format!("Op::Slice {{ axis: {axis}, start: {start}, len: {len} }}")
         }

@@ -80,6 +80,7 @@ pub fn eval_op(op: &Op, inputs: &[&HostTensor]) -> Result<HostTensor, InferError
         Op::Reshape(_) => layout::reshape(x(), &shape),
         Op::Permute(perm) => layout::permute(x(), perm),
         Op::BroadcastTo(_) => layout::broadcast_to(x(), &shape),
+        Op::ShardingConstraint(_) => x().clone(),
         Op::Slice { axis, start, len } => layout::slice(x(), *axis, *start, *len),
         Op::Concat { axis } => layout::concat(inputs, *axis, shape.clone()),
         Op::DynamicSlice { axis, len } => layout::dynamic_slice(x(), inputs[1], *axis, *len),

@@ -91,6 +91,17 @@ pub(crate) fn apply(
                 limit,
             }
         }
+        Op::ShardingConstraint(_) => {
+            // A layout, not a value: the padded buffer keeps its metadata.
+            let x = v(0);
+            let t = ctx.rec(op.clone(), &[P::T(x.t.clone())])?;
+            V {
+                t,
+                shape,
+                mask: x.mask,
+                limit: x.limit.clone(),
+            }
+        }
         Op::Slice { axis, start, len } => narrow(&ctx, v(0), *axis, *start, *len, site)?,
         Op::Concat { axis } => {
             let vs: Vec<&V> = (0..os.len()).map(v).collect();
