@@ -467,7 +467,18 @@ fn run_spmd_region(
             }
         })
         .collect();
-    let layout = SpmdLayout::new(graph, region, mesh, params);
+    let mut layout = SpmdLayout::new(graph, region, mesh, params);
+    // Buffer parameter `k`'s argument, when it is one (lifted scalars
+    // are packed after the buffers).
+    let arg = |k: usize| (!region.is_lifted(k)).then(|| args[region.arg_of(k)]);
+    layout.donate(region, |k| {
+        arg(k).is_some_and(|b| b.sharding().is_some_and(|s| s.mesh() == mesh))
+    });
+    let donate: Vec<usize> = layout
+        .aliases
+        .iter()
+        .map(|&(k, _)| region.arg_of(k))
+        .collect();
     let describe = |stage: &'static str, e: Error| region_error(graph, region, stage, e.message());
     let exe = rt
         .compile_or_fetch_spmd(graph, region, &layout, || {
@@ -475,7 +486,7 @@ fn run_spmd_region(
         })
         .map_err(|e| describe("compile", e))?;
     let outs = output_types(graph, region);
-    rt.launch_spmd(&exe, args, &layout, &outs)
+    rt.launch_spmd(&exe, args, &layout, &donate, &outs)
         .map_err(|e| match e {
             e @ Error::Pjrt(_) => e,
             e => describe("execution", e),

@@ -43,6 +43,7 @@ fn data_parallel_sgd_equals_single_device_and_compiles_once() {
             comms.push((
                 m1.collectives - m0.collectives,
                 m1.collective_bytes - m0.collective_bytes,
+                m1.buffers_donated - m0.buffers_donated,
             ));
         }
         if sharded {
@@ -52,6 +53,9 @@ fn data_parallel_sgd_equals_single_device_and_compiles_once() {
             let grads = (5 * 3 + 3) * 4;
             assert_eq!(comms[5].0, 1, "collectives per step: {comms:?}");
             assert!(comms[5].1 >= grads && comms[5].1 <= grads + 64, "{comms:?}");
+            // The update writes the replicated weight and bias into their
+            // own shards (donated), as one device's step does.
+            assert!(comms[5].2 >= 2, "donations per step: {comms:?}");
         }
         losses
     };

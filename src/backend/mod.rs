@@ -108,11 +108,13 @@ pub(crate) trait Backend: Send + Sync {
         Err(no_spmd(&self.platform_name()))
     }
     /// Launches an SPMD executable: `args[p]` are the shards of partition
-    /// `p`. Returns each partition's results.
+    /// `p`; `donate` lists argument positions whose shards die here (as in
+    /// [`Backend::execute`]). Returns each partition's results.
     fn execute_spmd(
         &self,
         _exe: &RawExecutable,
         _args: &[Vec<&RawBuffer>],
+        _donate: &[usize],
     ) -> Result<(Vec<Vec<RawBuffer>>, Completion)> {
         Err(no_spmd(&self.platform_name()))
     }

@@ -239,6 +239,7 @@ impl Backend for PjrtBackend {
         &self,
         exe: &RawExecutable,
         args: &[Vec<&RawBuffer>],
+        donate: &[usize],
     ) -> Result<(Vec<Vec<RawBuffer>>, Completion)> {
         let RawExecutable::Pjrt(exe) = exe else {
             return Err(foreign("executable"));
@@ -254,7 +255,7 @@ impl Backend for PjrtBackend {
                     .collect::<Result<Vec<&pjrt::Buffer>>>()
             })
             .collect::<Result<Vec<_>>>()?;
-        let (outs, done) = exe.launch_spmd(&lists, &[])?;
+        let (outs, done) = exe.launch_spmd(&lists, donate)?;
         metrics::add(&C.spmd_launches, 1);
         for c in exe.collectives() {
             metrics::add(&C.collectives, 1);

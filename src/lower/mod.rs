@@ -30,7 +30,8 @@ pub fn lower_region(graph: &Graph, region: &Region) -> String {
 /// Lowers `region` as one SPMD program over `layout`'s mesh: the module
 /// declares the mesh (`sdy.mesh`), and every parameter and result carries
 /// its `#sdy.sharding` (scalar packs replicated). XLA's Shardy partitioner
-/// inserts the collectives; nothing is donated.
+/// inserts the collectives; the parameters of `layout.aliases` are
+/// donated to their outputs.
 pub(crate) fn lower_region_spmd(graph: &Graph, region: &Region, layout: &SpmdLayout) -> String {
     lower(graph, region, Some(layout))
 }
@@ -96,10 +97,18 @@ fn lower(graph: &Graph, region: &Region, layout: Option<&SpmdLayout>) -> String 
         let name = format!("%arg{i}");
         e.bind(p, name.clone());
         // A donated parameter: XLA may write this output into its buffer.
-        let alias = match (layout, region.aliases.iter().find(|(k, _)| *k == i)) {
-            (Some(l), _) => format!(" {{sdy.sharding = {}}}", l.params[i].sdy()),
-            (None, Some((_, j))) => format!(" {{tf.aliasing_output = {j} : i32}}"),
-            (None, None) => String::new(),
+        let alias = match layout {
+            Some(l) => match l.aliases.iter().find(|(k, _)| *k == i) {
+                Some((_, j)) => format!(
+                    " {{sdy.sharding = {}, tf.aliasing_output = {j} : i32}}",
+                    l.params[i].sdy()
+                ),
+                None => format!(" {{sdy.sharding = {}}}", l.params[i].sdy()),
+            },
+            None => match region.aliases.iter().find(|(k, _)| *k == i) {
+                Some((_, j)) => format!(" {{tf.aliasing_output = {j} : i32}}"),
+                None => String::new(),
+            },
         };
         params.push(format!("{name}: {}{alias}", emit::ty(&n.shape, n.dtype)));
     }

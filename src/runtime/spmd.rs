@@ -226,7 +226,7 @@ impl Runtime {
         let exe = self.cached(key, || self.backend.compile_spmd_text(key, &text, devices))?;
         let lists: Vec<Vec<&RawBuffer>> = shards.iter().map(|s| vec![s]).collect();
         let t0 = Instant::now();
-        let (per_device, done) = self.backend.execute_spmd(&exe, &lists)?;
+        let (per_device, done) = self.backend.execute_spmd(&exe, &lists, &[])?;
         if let Some(done) = self.launched(done, t0)? {
             self.wait(done)?;
         }
@@ -242,13 +242,16 @@ impl Runtime {
 
     /// Launches an SPMD executable on every device of `layout`'s mesh;
     /// `args` are the region's arguments in launch order, each sharded over
-    /// the mesh or a one-device array (replicated). Returns the results,
-    /// sharded as `layout.outputs` says.
+    /// the mesh or a one-device array (replicated); the arguments at the
+    /// positions `donate` die here and their shards are given to XLA (see
+    /// [`SpmdLayout::donations`]). Returns the results, sharded as
+    /// `layout.outputs` says.
     pub(crate) fn launch_spmd(
         &self,
         exe: &crate::backend::RawExecutable,
         args: &[&DeviceBuffer],
         layout: &SpmdLayout,
+        donate: &[usize],
         outputs: &[(Shape, DType)],
     ) -> Result<(Vec<Arc<DeviceBuffer>>, Option<Completion>)> {
         let mesh = &layout.mesh;
@@ -260,7 +263,8 @@ impl Runtime {
             .map(|p| held.iter().map(|s| &s[p]).collect())
             .collect();
         let t0 = Instant::now();
-        let (per_device, done) = self.backend.execute_spmd(exe, &lists)?;
+        let (per_device, done) = self.backend.execute_spmd(exe, &lists, donate)?;
+        metrics::add(&C.buffers_donated, donate.len() as u64);
         let done = self.launched(done, t0)?;
         if per_device.iter().any(|o| o.len() != outputs.len()) {
             return Err(Error::internal(format!(

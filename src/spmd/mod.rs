@@ -27,6 +27,9 @@ pub(crate) struct SpmdLayout {
     pub mesh: Mesh,
     pub params: Vec<Sharding>,
     pub outputs: Vec<Sharding>,
+    /// `(parameter, output)` pairs whose shards XLA writes in place (see
+    /// [`SpmdLayout::donate`]).
+    pub aliases: Vec<(usize, usize)>,
 }
 
 impl SpmdLayout {
@@ -38,7 +41,24 @@ impl SpmdLayout {
             mesh: mesh.clone(),
             params,
             outputs,
+            aliases: Vec::new(),
         }
+    }
+
+    /// Lets XLA write output `j` into the shards of parameter `k` for the
+    /// region's aliases (a dying input paired with an output of its shape
+    /// by the planner) where `own(k)` says the argument's shards belong to
+    /// its buffer alone (split or replicated over this mesh, not copies
+    /// of a one-device array kept for reuse) and both are laid out alike,
+    /// so every device's shard has the output shard's shape: an optimizer
+    /// step then updates sharded or replicated parameters in place.
+    pub(crate) fn donate(&mut self, region: &Region, own: impl Fn(usize) -> bool) {
+        self.aliases = region
+            .aliases
+            .iter()
+            .copied()
+            .filter(|&(k, j)| own(k) && self.params[k] == self.outputs[j])
+            .collect();
     }
 
     /// The compile key of `region` laid out this way.
@@ -50,6 +70,7 @@ impl SpmdLayout {
         for s in self.params.iter().chain(&self.outputs) {
             s.key().hash(&mut h);
         }
+        self.aliases.hash(&mut h);
         let lo = h.finish();
         0x5350_4d44u64.hash(&mut h);
         lazyfuse_fusion::RegionKey((u128::from(h.finish()) << 64) | u128::from(lo))
