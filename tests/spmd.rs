@@ -222,3 +222,40 @@ fn a_split_half_precision_contraction_sums_unrounded_partials() {
         assert_eq!(y.to_vec::<f32>().unwrap(), one, "fused {fuse}");
     }
 }
+
+/// A split parameter's gradient comes back split like it, even when the
+/// backward pass runs in a region of its own (no update fused with it):
+/// autograd constrains what it accumulates into a split leaf.
+#[test]
+fn a_split_parameters_gradient_is_split_like_it() {
+    let d = dev8();
+    let mesh = Mesh::new(&d, &[("dp", 4)]).unwrap();
+    let x = Tensor::from_slice(&data(8 * 8, 21), &[8, 8], &d)
+        .unwrap()
+        .shard(&mesh, &[Some("dp"), None])
+        .unwrap();
+    let w = Tensor::from_slice(&data(8 * 4, 22), &[8, 4], &d)
+        .unwrap()
+        .shard(&mesh, &[Some("dp"), None])
+        .unwrap();
+    w.set_requires_grad(true).unwrap();
+    let loss = x.matmul(&w).unwrap().tanh().unwrap().sum_all().unwrap();
+    loss.backward().unwrap();
+    let g = w.grad().unwrap();
+    let want = {
+        let x = Tensor::from_slice(&data(8 * 8, 21), &[8, 8], &d).unwrap();
+        let w = Tensor::from_slice(&data(8 * 4, 22), &[8, 4], &d).unwrap();
+        w.set_requires_grad(true).unwrap();
+        x.matmul(&w)
+            .unwrap()
+            .tanh()
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        w.grad().unwrap().to_vec::<f32>().unwrap()
+    };
+    assert_eq!(g.sharding().unwrap().unwrap().spec(), [Some("dp"), None]);
+    close(&g.to_vec::<f32>().unwrap(), &want, "split gradient");
+}

@@ -130,7 +130,17 @@ pub(super) fn run(root: &Tensor, retain: bool, loc: &'static Location<'static>) 
             debug_assert_eq!(gi.shape(), t.shape(), "{} gradient shape", node.op.name());
             let m = meta_arc(t);
             match m.as_deref() {
-                Some(Meta::Leaf { grad, .. }) => accumulate(&mut grad.lock(), gi)?,
+                Some(Meta::Leaf { grad, .. }) => {
+                    // A parameter split over a mesh (FSDP) gets its gradient
+                    // split the same way: XLA reduce-scatters it instead of
+                    // leaving the whole sum on every device, in whatever
+                    // region computes it.
+                    let gi = match t.placed_split() {
+                        Some(split) => gi.constrain(&split)?,
+                        None => gi,
+                    };
+                    accumulate(&mut grad.lock(), gi)?
+                }
                 Some(Meta::Node(_)) => {
                     let k = key(m.as_ref().expect("checked above"));
                     let mut slot = grads.remove(&k);

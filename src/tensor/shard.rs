@@ -78,6 +78,15 @@ impl Tensor {
         Tensor::apply(Op::ShardingConstraint(split), &[self], at)
     }
 
+    /// The split of this tensor's buffer when it is materialised and split
+    /// over a mesh (no sync point: `None` for a pending value, a one-device
+    /// or a replicated one): what a gradient accumulated into it keeps.
+    pub(crate) fn placed_split(&self) -> Option<SplitAxes> {
+        let buf = self.ready_buffer()?;
+        let s = buf.sharding()?;
+        (!s.is_replicated()).then(|| s.axes().iter().map(|a| a.map(|a| a as u8)).collect())
+    }
+
     /// This tensor under the sharding constraint `split` (mesh axis
     /// indices), for layers that derive it (autograd, manual regions).
     #[track_caller]
