@@ -53,6 +53,9 @@ pub const DYNAMIC_BUCKETS: &str = "LAZYFUSE_DYNAMIC_BUCKETS";
 /// `LAZYFUSE_AUTO_DYNAMIC=0`: never mark a dimension dynamic by itself
 /// (`Tensor::mark_dynamic` still works).
 pub const AUTO_DYNAMIC: &str = "LAZYFUSE_AUTO_DYNAMIC";
+/// XLA's own log threshold (0 info, 1 warnings, 2 errors), read by the
+/// plugin when it first logs; lazyfuse sets 1 when it is unset.
+pub const XLA_LOG_LEVEL: &str = "TF_CPP_MIN_LOG_LEVEL";
 /// glibc's own variables: when the user set either, lazyfuse leaves malloc alone.
 pub const GLIBC_MALLOC_VARS: [&str; 2] = ["MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"];
 

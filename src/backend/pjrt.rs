@@ -66,6 +66,7 @@ impl PjrtBackend {
     /// Loads the plugin at `path` and creates its client with `options`
     /// (create options and compile-option additions; see [`ClientSetup`]).
     pub(crate) fn load(path: &Path, setup: &ClientSetup) -> Result<PjrtBackend> {
+        quiet_xla_info_logs();
         let plugin = pjrt::Plugin::load(path).map_err(|e| {
             crate::Error::Plugin(format!(
                 "cannot load {}: {e}. Set TPU_PJRT_PLUGIN=/path/to/a/pjrt_plugin.so, or unset it to use the provisioned CPU plugin",
@@ -85,6 +86,20 @@ impl PjrtBackend {
             plugin_path: path.to_path_buf(),
         })
     }
+}
+
+/// Sets XLA's log threshold to warnings (`TF_CPP_MIN_LOG_LEVEL=1`) unless
+/// the user chose one, before the first plugin loads: XLA logs a line at
+/// info level for every SPMD compile ("Using Shardy for XLA SPMD
+/// propagation") and others a user did not ask for; warnings and errors
+/// still show. Once per process, before the plugin's first log reads it.
+fn quiet_xla_info_logs() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os(crate::config::XLA_LOG_LEVEL).is_none() {
+            std::env::set_var(crate::config::XLA_LOG_LEVEL, "1");
+        }
+    });
 }
 
 impl PjrtBackend {
