@@ -65,6 +65,27 @@ fn data_parallel_sgd_equals_single_device_and_compiles_once() {
     assert!(single[5] < single[0], "{single:?}");
     every_strategy_trains_like_one_device(&d);
     resharding_moves_values_between_devices_not_through_the_host(&d);
+    replicated_copies_count_on_their_devices(&d);
+}
+
+/// A one-device tensor that joins an SPMD program is copied to every
+/// device of the mesh once; the copies count in the per-device bytes for
+/// as long as the tensor keeps them.
+fn replicated_copies_count_on_their_devices(d: &Device) {
+    let mesh = Mesh::new(d, &[("dp", 4)]).unwrap();
+    let live = || metrics::device_live_bytes().get(1).copied().unwrap_or(0);
+    let x = Tensor::from_slice(&data(8 * 64, 31), &[8, 64], d)
+        .unwrap()
+        .shard(&mesh, &[Some("dp"), None])
+        .unwrap();
+    let w = Tensor::from_slice(&data(64 * 64, 32), &[64, 64], d).unwrap();
+    w.realize().unwrap();
+    let y = x.matmul(&w).unwrap();
+    y.to_vec::<f32>().unwrap();
+    drop(y);
+    let with_copies = live();
+    drop(w);
+    assert_eq!(with_copies - live(), 64 * 64 * 4, "w's copy on device 1");
 }
 
 /// How a two-layer MLP is placed.

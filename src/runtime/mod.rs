@@ -109,6 +109,9 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
+        if let Some((mesh, _)) = self.replicas.get_mut().take() {
+            spmd::replica_bytes(&mesh, self.bytes, false);
+        }
         metrics::sub(&C.live_buffers, 1);
         metrics::sub(&C.live_buffer_bytes, self.bytes as u64);
         let each = (self.bytes / self.devices.len().max(1)) as u64;

@@ -165,7 +165,12 @@ impl Runtime {
                 metrics::add(&C.h2d_transfers, copies.len() as u64);
                 metrics::add(&C.h2d_bytes, (host.bytes.len() * copies.len()) as u64);
                 let copies = Arc::new(copies);
-                *replicas = Some((mesh.clone(), copies.clone()));
+                // The copies count on their devices while the buffer keeps
+                // them (see `DeviceBuffer`'s drop), replacing any of another mesh.
+                replica_bytes(mesh, buf.bytes, true);
+                if let Some((old, _)) = replicas.replace((mesh.clone(), copies.clone())) {
+                    replica_bytes(&old, buf.bytes, false);
+                }
                 Ok(copies)
             }
         }
@@ -286,6 +291,14 @@ impl Runtime {
             .map(|((shards, (s, d)), sharding)| self.sharded(shards, s.clone(), *d, sharding))
             .collect();
         Ok((bufs, done))
+    }
+}
+
+/// Counts (or, with `add` false, uncounts) one `bytes`-byte copy on every
+/// device of `mesh` in the per-device live bytes.
+pub(super) fn replica_bytes(mesh: &Mesh, bytes: usize, add: bool) {
+    for &d in mesh.devices() {
+        metrics::device_bytes(d, bytes as u64, add);
     }
 }
 
