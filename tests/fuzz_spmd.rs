@@ -1,7 +1,8 @@
 //! Differential fuzzing of sharded programs (issue 12): random programs of
 //! the op fuzzer (`tests/fuzz_ops.rs`) run with each input split over a
 //! mesh of logical CPU devices by a random sharding (rows, columns, both,
-//! or replicated), fused and unfused, and every value they observe is
+//! or replicated; one input in three also constrained to another split
+//! inside the program), fused and unfused, and every value they observe is
 //! checked against the reference interpreter with the fuzzer's tolerances
 //! (XLA's partitioned reductions sum in another order; the oracle allows
 //! any). `LAZYFUSE_FUZZ_SPMD_CASES` sets the program count (CI: 48),
@@ -59,7 +60,15 @@ fn random_programs_on_sharded_inputs_match_the_interpreter() {
                 split.set(split.get() + 1);
             }
             let spec: Vec<Option<&str>> = spec.iter().map(|s| s.as_deref()).collect();
-            t.shard(mesh, &spec)
+            let placed = t.shard(mesh, &spec)?;
+            // One input in three is also constrained to another random
+            // split inside the program (an identity that moves it).
+            if r.below(3) != 0 {
+                return Ok(placed);
+            }
+            let other = random_spec(&mut r, placed.dims(), mesh);
+            let other: Vec<Option<&str>> = other.iter().map(|s| s.as_deref()).collect();
+            placed.with_sharding_constraint(mesh, &other)
         };
         for fuse in [true, false] {
             if !fuse && i % 4 != 0 {
