@@ -337,4 +337,18 @@ fn a_sharding_constraint_lays_out_an_intermediate_and_changes_no_value() {
     ] {
         assert!(x.with_sharding_constraint(&mesh, bad).is_err(), "{bad:?}");
     }
+    // A value of another mesh, or of another client, names other axes.
+    let other = Mesh::new(&d, &[("tp", 2), ("dp", 2)]).unwrap();
+    let on_other = x.shard(&other, &[Some("dp"), None]).unwrap();
+    let e = on_other
+        .with_sharding_constraint(&mesh, &[Some("dp"), None])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("on the mesh"), "{e}");
+    let elsewhere = Tensor::from_slice(&xs, &[8, 4], &Device::interpreter()).unwrap();
+    let e = elsewhere
+        .with_sharding_constraint(&mesh, &[Some("dp"), None])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("a client other than"), "{e}");
 }

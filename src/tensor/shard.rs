@@ -64,12 +64,25 @@ impl Tensor {
     /// nothing.
     ///
     /// `Err` at the call site for a spec of the wrong length, an unknown
-    /// axis, an axis named twice, or a dimension the axis does not divide.
+    /// axis, an axis named twice, a dimension the axis does not divide, or
+    /// a tensor of another client or another mesh than `mesh` (the
+    /// constraint names `mesh`'s axes by position).
     #[track_caller]
     pub fn with_sharding_constraint(&self, mesh: &Mesh, spec: &[Option<&str>]) -> Result<Tensor> {
         let at = Location::caller();
-        let sharding = Sharding::new(mesh, self.shape(), spec)
-            .map_err(|m| Error::op("with_sharding_constraint", m, self.describe(), at))?;
+        let fail = |m: String| Error::op("with_sharding_constraint", m, self.describe(), at);
+        if self.device().client_id() != mesh.client() {
+            return Err(fail(format!(
+                "the tensor is on {:?}, a client other than the mesh {mesh}'s",
+                self.device()
+            )));
+        }
+        if let Some(other) = self.0.mesh.get().filter(|m| *m != mesh) {
+            return Err(fail(format!(
+                "the tensor is on the mesh {other}, not {mesh}: move it with Tensor::shard"
+            )));
+        }
+        let sharding = Sharding::new(mesh, self.shape(), spec).map_err(fail)?;
         let split = sharding
             .axes()
             .iter()
