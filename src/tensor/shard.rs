@@ -25,12 +25,7 @@ impl Tensor {
     pub fn shard(&self, mesh: &Mesh, spec: &[Option<&str>]) -> Result<Tensor> {
         let at = Location::caller();
         let fail = |m: String| Error::op("shard", m, self.describe(), at);
-        if self.device().client_id() != mesh.client() {
-            return Err(fail(format!(
-                "the tensor is on {:?}, a client other than the mesh {mesh}'s",
-                self.device()
-            )));
-        }
+        self.on_client_of(mesh).map_err(fail)?;
         let sharding = Sharding::new(mesh, self.shape(), spec).map_err(fail)?;
         if self.0.logical.get().is_none() {
             // Already on this mesh: moved on the devices.
@@ -71,24 +66,14 @@ impl Tensor {
     pub fn with_sharding_constraint(&self, mesh: &Mesh, spec: &[Option<&str>]) -> Result<Tensor> {
         let at = Location::caller();
         let fail = |m: String| Error::op("with_sharding_constraint", m, self.describe(), at);
-        if self.device().client_id() != mesh.client() {
-            return Err(fail(format!(
-                "the tensor is on {:?}, a client other than the mesh {mesh}'s",
-                self.device()
-            )));
-        }
+        self.on_client_of(mesh).map_err(fail)?;
         if let Some(other) = self.0.mesh.get().filter(|m| *m != mesh) {
             return Err(fail(format!(
                 "the tensor is on the mesh {other}, not {mesh}: move it with Tensor::shard"
             )));
         }
         let sharding = Sharding::new(mesh, self.shape(), spec).map_err(fail)?;
-        let split = sharding
-            .axes()
-            .iter()
-            .map(|a| a.map(|a| a as u8))
-            .collect::<SplitAxes>();
-        Tensor::apply(Op::ShardingConstraint(split), &[self], at)
+        Tensor::apply(Op::ShardingConstraint(split_axes(&sharding)), &[self], at)
     }
 
     /// The split of this tensor's buffer when it is materialised and split
@@ -97,7 +82,18 @@ impl Tensor {
     pub(crate) fn placed_split(&self) -> Option<SplitAxes> {
         let buf = self.ready_buffer()?;
         let s = buf.sharding()?;
-        (!s.is_replicated()).then(|| s.axes().iter().map(|a| a.map(|a| a as u8)).collect())
+        (!s.is_replicated()).then(|| split_axes(s))
+    }
+
+    /// `Err` (a message) unless this tensor is on `mesh`'s client.
+    fn on_client_of(&self, mesh: &Mesh) -> std::result::Result<(), String> {
+        if self.device().client_id() == mesh.client() {
+            return Ok(());
+        }
+        Err(format!(
+            "the tensor is on {:?}, a client other than the mesh {mesh}'s",
+            self.device()
+        ))
     }
 
     /// This tensor under the sharding constraint `split` (mesh axis
@@ -118,4 +114,9 @@ impl Tensor {
         let buf = self.materialize(FlushReason::Realize)?;
         Ok(buf.sharding().cloned())
     }
+}
+
+/// `sharding` as the IR's per-dimension mesh axis indices.
+fn split_axes(sharding: &Sharding) -> SplitAxes {
+    sharding.axes().iter().map(|a| a.map(|a| a as u8)).collect()
 }
