@@ -307,9 +307,14 @@ fn plan_graph(
     fuse: bool,
     plans: &Mutex<PlanCache>,
 ) -> Arc<Plan> {
+    let defaults = PlanOptions::default();
     let opts = PlanOptions {
         fuse,
-        ..PlanOptions::default()
+        repeat: lazyfuse_fusion::RepeatOptions {
+            max_chained: crate::config::layers_per_region(),
+            ..defaults.repeat.clone()
+        },
+        ..defaults
     };
     let t_plan = std::time::Instant::now();
     let (plan, reused) = tracing::debug_span!("plan", nodes = graph.len())

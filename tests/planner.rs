@@ -11,7 +11,8 @@ use lazyfuse::{sync, FusionGuard, Result, Tensor};
 test_device!(
     adamw_over_200_params_compiles_one_update_region,
     changing_one_input_shape_compiles_exactly_once_more,
-    four_identical_blocks_compile_the_block_once,
+    eight_identical_blocks_compile_one_group_of_four_once,
+    two_stacked_blocks_and_their_tail_are_one_launch,
     adam_fused_equals_unfused,
     donation_never_changes_results,
     donation_never_frees_a_buffer_a_live_tensor_holds,
@@ -167,15 +168,32 @@ fn stack(layers: usize, fuse: bool) -> (Vec<f32>, u64, u64) {
     )
 }
 
-fn four_identical_blocks_compile_the_block_once() {
+fn eight_identical_blocks_compile_one_group_of_four_once() {
     let _l = metrics_lock();
-    let (fused, compiles, regions) = stack(4, true);
-    assert_eq!(regions, 5, "4 blocks and the tail");
-    assert_eq!(compiles, 2, "the block once, the tail once");
-    let (again, compiles, _) = stack(4, true);
+    // Stacked layers run 4 to a region (`LAZYFUSE_LAYERS_PER_REGION`), and
+    // both groups of 4 share one executable.
+    let (fused, compiles, regions) = stack(8, true);
+    assert_eq!(regions, 3, "2 groups of 4 blocks and the tail");
+    assert_eq!(compiles, 2, "the group once, the tail once");
+    let (again, compiles, _) = stack(8, true);
     assert_eq!(compiles, 0);
     assert_eq!(fused, again);
-    let (unfused, _, _) = stack(4, false);
+    let (unfused, _, _) = stack(8, false);
+    for (a, b) in fused.iter().zip(&unfused) {
+        assert!(
+            (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+            "fused {a} vs unfused {b}"
+        );
+    }
+}
+
+fn two_stacked_blocks_and_their_tail_are_one_launch() {
+    let _l = metrics_lock();
+    // A small model's step is not cut per layer: one region, one launch.
+    let (fused, compiles, regions) = stack(2, true);
+    assert_eq!(regions, 1, "2 blocks with the tail");
+    assert_eq!(compiles, 1);
+    let (unfused, _, _) = stack(2, false);
     for (a, b) in fused.iter().zip(&unfused) {
         assert!(
             (a - b).abs() <= 1e-5 * (1.0 + b.abs()),

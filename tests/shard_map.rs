@@ -8,7 +8,7 @@
 mod spmd_support;
 
 use lazyfuse::{Device, FusionGuard, Local, Mesh, Reduction, Tensor};
-use spmd_support::{close, data};
+use spmd_support::{close, close_normwise, data};
 
 fn dev8() -> Device {
     Device::cpu_with_devices(8).unwrap()
@@ -217,8 +217,10 @@ fn a_hand_written_tensor_parallel_mlp_equals_one_device_with_gradients() {
     both(|| {
         let tp = run(true);
         close(&tp.0, &one.0, "forward");
-        close(&tp.1, &one.1, "grad w1");
-        close(&tp.2, &one.2, "grad w2");
+        // Gradients sum cancelling terms (grad w1[52] is 0.38 from terms
+        // whose magnitudes add up to 66), so they are compared normwise.
+        close_normwise(&tp.1, &one.1, "grad w1");
+        close_normwise(&tp.2, &one.2, "grad w2");
     });
 }
 

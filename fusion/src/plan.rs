@@ -461,7 +461,8 @@ fn batch_size(count: usize, max: usize) -> usize {
 }
 
 /// Step 3, cut: cuts the computed sequence into groups: one node each without fusion;
-/// otherwise repeated blocks become one group per repetition and the rest is
+/// otherwise runs of repeated blocks become groups of equal numbers of
+/// copies (a short run of chained copies stays uncut) and the rest is
 /// packed up to the cost cap, with stand-alone ops alone.
 fn cut(graph: &Graph, seq: &[NodeId], opts: &PlanOptions, copy: &mut [u32]) -> Vec<Vec<NodeId>> {
     if !opts.fuse {
@@ -493,12 +494,17 @@ fn cut(graph: &Graph, seq: &[NodeId], opts: &PlanOptions, copy: &mut [u32]) -> V
     };
     let mut at = 0;
     for r in repeats {
+        if r.chained && r.count <= opts.repeat.max_chained {
+            // A few stacked layers: fused with what surrounds them.
+            continue;
+        }
         pack(&seq[at..r.start], &mut groups);
-        let batch = if r.chained {
-            1
+        let max = if r.chained {
+            opts.repeat.max_chained
         } else {
-            batch_size(r.count, opts.repeat.max_batch)
+            opts.repeat.max_batch
         };
+        let batch = batch_size(r.count, max);
         let mut k = 0;
         while k < r.count {
             let take = batch.min(r.count - k);

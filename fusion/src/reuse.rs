@@ -43,7 +43,14 @@ impl PlanKey {
         opts.max_region_cost.hash(&mut h);
         opts.detect_repeats.hash(&mut h);
         let r = &opts.repeat;
-        (r.min_block, r.max_block, r.max_candidates, r.max_batch).hash(&mut h);
+        (
+            r.min_block,
+            r.max_block,
+            r.max_candidates,
+            r.max_batch,
+            r.max_chained,
+        )
+            .hash(&mut h);
         PlanKey {
             len: graph.len(),
             structure: graph.structure(),

@@ -185,39 +185,58 @@ fn block(g: &mut GraphBuilder, x: NodeId, w1: NodeId, w2: NodeId) -> NodeId {
     g.binary(BinaryOp::Add, x, b)
 }
 
-#[test]
-fn stacked_identical_blocks_share_one_region() {
+/// `n` stacked [`block`]s on a dropped input, then `tanh`, planned with donation.
+fn stacked_blocks(n: usize) -> (GraphBuilder, Plan) {
     let mut g = GraphBuilder::new();
     let x0 = g.input_f32(&[2, 16, 32]);
     let mut x = x0;
-    for _ in 0..4 {
+    for _ in 0..n {
         let w1 = g.input_f32(&[32, 64]);
         let w2 = g.input_f32(&[64, 32]);
         x = block(&mut g, x, w1, w2);
     }
     let out = g.unary(UnaryOp::Tanh, x);
-    // The caller dropped the model input: it dies in block 1, and each
-    // block's input dies in that block, so every block donates its input.
+    // The caller dropped the model input: it dies in the first region, and
+    // each region's input dies in that region, so every region donates it.
     let p = plan_with_donation(g.graph(), &[out], &[x0], &PlanOptions::default());
+    (g, p)
+}
+
+#[test]
+fn stacked_identical_blocks_share_one_region() {
+    // 12 layers: groups of 4 (`RepeatOptions::max_chained`), one executable.
+    let (g, p) = stacked_blocks(12);
     let keys: Vec<_> = p.regions.iter().map(|r| r.key).collect();
     assert_eq!(
         p.regions.len(),
-        5,
-        "4 blocks + the tail:\n{}",
+        4,
+        "3 groups of 4 blocks + the tail:\n{}",
         p.dump(g.graph())
     );
     assert!(
-        keys[..4].iter().all(|&k| k == keys[0]),
-        "the 4 blocks share one key"
+        keys[..3].iter().all(|&k| k == keys[0]),
+        "the 3 groups share one key"
     );
-    assert_ne!(keys[4], keys[0]);
-    // The whole plan, donations included (block 0 starts
-    // `region 0 (7 params, 20 nodes, 1 outputs)` and donates `p0 -> n19`;
+    assert_ne!(keys[3], keys[0]);
+    // The whole plan, donations included (each group donates its input;
     // the tail is `tanh` donating its input).
     golden!(
         "stacked_identical_blocks_share_one_region",
         p.dump(g.graph())
     );
+}
+
+#[test]
+fn a_few_stacked_blocks_are_one_region_with_what_surrounds_them() {
+    // Two layers (a small decoder): one launch per step beats one per
+    // layer, so the run is not cut, and the tail joins it.
+    let (g, p) = stacked_blocks(2);
+    assert_eq!(p.regions.len(), 1, "{}", p.dump(g.graph()));
+    let (g, p) = stacked_blocks(4);
+    assert_eq!(p.regions.len(), 1, "{}", p.dump(g.graph()));
+    // Five are more than `max_chained`: groups of 4 and 1, then the tail.
+    let (g, p) = stacked_blocks(5);
+    assert_eq!(p.regions.len(), 3, "{}", p.dump(g.graph()));
 }
 
 #[test]
