@@ -430,3 +430,112 @@ fn a_layout_of_a_contracted_difference_is_accepted() {
     let err = fuzz_support::oracle::verify(&program, &seen(fma(1e-3))).unwrap_err();
     assert!(err.starts_with("v4 "), "{err}");
 }
+
+/// Oracle bug (a false alarm): `v2 = v0 / gelu(v0)` with `gelu(v0)` dropped
+/// unread. The unobserved f16 `gelu(-2.98046875)` may lie anywhere in
+/// [-0.035, 0.027] (gelu's own error in f16: `1 + tanh(..)` cancels), and
+/// the oracle took the quotient's envelope from that interval's corners,
+/// [-109, 770.5], though a divisor that may be 0 makes every quotient
+/// possible; XLA's 819 was flagged (`fuzz_campaign` seed 1001, program
+/// 76229). Fixed in `fuzz_support/envelope.rs::divisor_straddles_zero`. An
+/// observed divisor still pins the quotient.
+#[test]
+fn division_by_an_unobserved_value_near_zero_is_open() {
+    let f16 = |v: f64| HostTensor::from_f64(&[v], Shape::new(&[]), DType::F16);
+    let program = Program {
+        steps: vec![
+            Step::Input(f16(-2.98046875)), // v0
+            Step::Apply {
+                op: Op::Unary(UnaryOp::Gelu),
+                args: vec![0],
+            }, // v1
+            Step::Apply {
+                op: Op::Binary(BinaryOp::Div),
+                args: vec![0, 1],
+            }, // v2
+            Step::Drop(1),
+        ],
+    };
+    let v0 = f16(-2.98046875);
+    for q in [819.0, 2000.0, -5000.0] {
+        fuzz_support::oracle::verify(&program, &[Some(v0.clone()), None, Some(f16(q))]).unwrap();
+    }
+    // An unobserved divisor away from zero still pins the quotient:
+    // `3 / exp(3)` is 0.1494, not 0.5.
+    let away = Program {
+        steps: vec![
+            Step::Input(f16(3.0)), // v0
+            Step::Apply {
+                op: Op::Unary(UnaryOp::Exp),
+                args: vec![0],
+            }, // v1
+            Step::Apply {
+                op: Op::Binary(BinaryOp::Div),
+                args: vec![0, 1],
+            }, // v2
+            Step::Drop(1),
+        ],
+    };
+    fuzz_support::oracle::verify(&away, &[Some(f16(3.0)), None, Some(f16(0.1494))]).unwrap();
+    let err =
+        fuzz_support::oracle::verify(&away, &[Some(f16(3.0)), None, Some(f16(0.5))]).unwrap_err();
+    assert!(err.starts_with("v2 "), "{err}");
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+}
+
+/// Fusion bug (LLVM folding): `exp(sqrt(full(-inf)) + 0.0)` was NaN
+/// unfused but a small finite number fused (1.6e-5 in f16; 0, 9.9e-32 in
+/// bf16, 3.7e-6 in f32 in other runs; `sigmoid` in bf16 too), from
+/// `fuzz_campaign` seed 1001, program 53468. `sqrt` of the constant is
+/// folded by `src/lower/fold.rs` into a NaN literal; LLVM then folds
+/// `NaN + x` to NaN whatever the lifted scalar `x` is, and goes on folding
+/// XLA's `exp` expansion, whose float-to-int conversion of NaN is poison
+/// in LLVM, into an arbitrary value. Fixed in the lowering: `exp` and
+/// `logistic` are guarded by `select(x != x, x, ..)`
+/// (`src/lower/emit.rs::nan_guarded`).
+#[test]
+fn a_nan_constant_through_arithmetic_into_exp_stays_nan() {
+    let program = Program {
+        steps: vec![
+            Step::Full {
+                value: f64::NEG_INFINITY,
+                dims: vec![],
+                dtype: DType::F16,
+            }, // v0
+            Step::Apply {
+                op: Op::Unary(UnaryOp::Sqrt),
+                args: vec![0],
+            }, // v1
+            Step::Scalar {
+                op: Op::Binary(BinaryOp::Add),
+                arg: 1,
+                value: 0.0,
+            }, // v2
+            Step::Apply {
+                op: Op::Unary(UnaryOp::Exp),
+                args: vec![2],
+            }, // v3
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+    // A user's NaN constant meeting a run-time value, in every float dtype.
+    let dev = common::dev();
+    for dt in [DType::F16, DType::BF16, DType::F32, DType::F64] {
+        for fuse in [true, false] {
+            let _g = FusionGuard::new(fuse);
+            let x = Tensor::from_slice(&[0.5f32, -1.0, 2.0, 0.0], &[4], &dev)
+                .unwrap()
+                .to_dtype(dt)
+                .unwrap();
+            x.realize().unwrap();
+            let y = Tensor::full(f64::NAN, &[4], dt, &dev)
+                .unwrap()
+                .add(&x)
+                .unwrap();
+            for r in [y.exp().unwrap(), y.sigmoid().unwrap()] {
+                let v = r.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+                assert!(v.iter().all(|z| z.is_nan()), "{dt:?} fused {fuse}: {v:?}");
+            }
+        }
+    }
+}

@@ -163,6 +163,38 @@ impl<'g> Emitter<'g> {
         self.broadcast(&c, &Shape::scalar(), shape, t.dtype)
     }
 
+    /// Elementwise `name` (`stablehlo.exponential`, `stablehlo.logistic`) of
+    /// `x`, NaN in where `x` is NaN even when LLVM sees the NaN.
+    ///
+    /// A NaN literal (a user's `full(NaN)`, or `sqrt(-inf)` folded by
+    /// `fold.rs`) lets LLVM fold `NaN + x` to NaN whatever the run-time `x`,
+    /// and then fold XLA's expansion of `exp`, whose float-to-int conversion
+    /// of NaN is poison in LLVM, into an arbitrary finite value: 1.6e-5 where
+    /// run-time code gives NaN (`fuzz_campaign` seed 1001, program 53468;
+    /// `tests/fuzz_regressions.rs::a_nan_constant_through_arithmetic_into_exp_stays_nan`).
+    /// So `select(x != x, x, exp(x))`: LLVM folds the compare of a known NaN
+    /// to true and never evaluates the expansion, and at run time the
+    /// select changes nothing (`exp(NaN)` is NaN). Every float `exp` is
+    /// guarded, not only those of regions holding a NaN literal: the same
+    /// program must compile to the same code whether or not its padding is
+    /// poisoned with NaN (`LAZYFUSE_POISON_PADDING`), or the two could
+    /// round differently.
+    pub fn nan_guarded(&mut self, name: &str, x: &str, s: &Shape, dt: DType) -> String {
+        let r = self.eltwise(name, &[x], s, dt, dt);
+        if !dt.is_float() {
+            return r;
+        }
+        let attr = compare_attr(CmpOp::Ne, dt);
+        let t = ty(s, dt);
+        let nan = self.op(
+            "stablehlo.compare",
+            &[(x, t.clone()), (x, t)],
+            &attr,
+            &ty(s, DType::Bool),
+        );
+        self.select(&nan, x, &r, s, dt)
+    }
+
     /// NumPy broadcast of value `v` from `from` to `to` (no-op when equal).
     pub fn broadcast(&mut self, v: &str, from: &Shape, to: &Shape, dtype: DType) -> String {
         if from == to {

@@ -259,7 +259,15 @@ pub(super) fn expect(op: &Op, ops: &[Known]) -> Result<Envelope, String> {
                 env.own[i] = 8.0 * u * env.lo[i].abs().max(env.hi[i].abs());
             }
         }
-        for (i, open) in overflow_possible(op, &centers).into_iter().enumerate() {
+        let mut open = overflow_possible(op, &centers);
+        open.extend(std::iter::repeat_n(false, n.saturating_sub(open.len())));
+        for (o, pole) in open
+            .iter_mut()
+            .zip(divisor_straddles_zero(op, ops, &choices))
+        {
+            *o |= pole;
+        }
+        for (i, open) in open.into_iter().enumerate() {
             if open {
                 env.nan_any[i] = true;
                 env.nan_all[i] = false;
@@ -302,6 +310,39 @@ fn overflow_possible(op: &Op, operands: &[&HostTensor]) -> Vec<bool> {
     };
     let bound = bound.expect("|terms| is well typed").to_f64_vec();
     bound.into_iter().map(|b| b > big).collect()
+}
+
+/// Per element of a float division by an unobserved value: whether the
+/// divisor's variants reach zero or both signs. The variants are the hull's corners (the interval an
+/// unobserved divisor may lie in), and `x / d` over an interval holding 0
+/// reaches every value, both infinities and (for `0 / 0`) NaN, though no
+/// corner does: `x / gelu(x)` with the unobserved f16 `gelu(-2.98)` in
+/// [-0.035, 0.027] is 770 at one corner and -109 at the other, and XLA's
+/// 819 is as right as either (`fuzz_campaign` seed 1001, program 76229;
+/// `fuzz_regressions.rs::division_by_an_unobserved_value_near_zero_is_open`).
+fn divisor_straddles_zero(op: &Op, ops: &[Known], choices: &[Vec<HostTensor>]) -> Vec<bool> {
+    let unobserved = matches!(ops.get(1), Some(Known::Range(_)));
+    if !matches!(op, Op::Binary(BinaryOp::Div)) || !unobserved || !choices[1][0].dtype.is_float() {
+        return Vec::new();
+    }
+    let vals: Vec<Vec<f64>> = choices[1].iter().map(|h| h.to_f64_vec()).collect();
+    let straddles: Vec<bool> = (0..vals[0].len())
+        .map(|i| {
+            let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+            for x in vals.iter().map(|v| v[i]).filter(|x| !x.is_nan()) {
+                lo = lo.min(x);
+                hi = hi.max(x);
+            }
+            lo <= 0.0 && hi >= 0.0
+        })
+        .collect();
+    let n = interp::eval_op(op, &[&choices[0][0], &choices[1][0]]).map_or(0, |r| r.numel());
+    if straddles.len() == n {
+        straddles
+    } else {
+        // A broadcast divisor: any element of it may meet any result element.
+        vec![straddles.iter().any(|&b| b); n]
+    }
 }
 
 /// Elementwise `|x|` of a float or integer tensor, as f64.
