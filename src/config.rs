@@ -73,9 +73,9 @@ pub const DEFAULT_MAX_PENDING_OPS: usize = 20_000;
 pub const DEFAULT_MAX_EXECUTABLES: usize = 4096;
 /// Default of [`LAYERS_PER_REGION`]. A two-layer decoder's step is then one
 /// launch instead of four (embedding, layer, layer, head): `decode_kv` ran
-/// about 25% faster and the tiny Llama decoded about 30% more tokens/s,
-/// for about twice the compile time of the first generation
-/// (BENCHMARKS.md).
+/// about 9% faster and the tiny Llama decoded about 13% more tokens/s on
+/// average over alternating runs (more under load), for about twice the
+/// compile time of the first generation (BENCHMARKS.md).
 pub const DEFAULT_LAYERS_PER_REGION: usize = 4;
 /// Default bound of the persistent compile cache.
 pub const DEFAULT_CACHE_MAX_BYTES: u64 = 1 << 30;

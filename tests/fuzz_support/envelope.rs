@@ -263,7 +263,7 @@ pub(super) fn expect(op: &Op, ops: &[Known]) -> Result<Envelope, String> {
         open.extend(std::iter::repeat_n(false, n.saturating_sub(open.len())));
         for (o, pole) in open
             .iter_mut()
-            .zip(divisor_straddles_zero(op, ops, &choices))
+            .zip(divisor_straddles_zero(op, ops, &choices, n))
         {
             *o |= pole;
         }
@@ -312,15 +312,21 @@ fn overflow_possible(op: &Op, operands: &[&HostTensor]) -> Vec<bool> {
     bound.into_iter().map(|b| b > big).collect()
 }
 
-/// Per element of a float division by an unobserved value: whether the
-/// divisor's variants reach zero or both signs. The variants are the hull's corners (the interval an
-/// unobserved divisor may lie in), and `x / d` over an interval holding 0
+/// Per element of a float division by an unobserved value (`n` results):
+/// whether the divisor's variants reach zero or both signs. The variants
+/// are the corners of the interval an unobserved divisor may lie in, and
+/// `x / d` over an interval holding 0
 /// reaches every value, both infinities and (for `0 / 0`) NaN, though no
 /// corner does: `x / gelu(x)` with the unobserved f16 `gelu(-2.98)` in
 /// [-0.035, 0.027] is 770 at one corner and -109 at the other, and XLA's
 /// 819 is as right as either (`fuzz_campaign` seed 1001, program 76229;
 /// `fuzz_regressions.rs::division_by_an_unobserved_value_near_zero_is_open`).
-fn divisor_straddles_zero(op: &Op, ops: &[Known], choices: &[Vec<HostTensor>]) -> Vec<bool> {
+fn divisor_straddles_zero(
+    op: &Op,
+    ops: &[Known],
+    choices: &[Vec<HostTensor>],
+    n: usize,
+) -> Vec<bool> {
     let unobserved = matches!(ops.get(1), Some(Known::Range(_)));
     if !matches!(op, Op::Binary(BinaryOp::Div)) || !unobserved || !choices[1][0].dtype.is_float() {
         return Vec::new();
@@ -336,7 +342,6 @@ fn divisor_straddles_zero(op: &Op, ops: &[Known], choices: &[Vec<HostTensor>]) -
             lo <= 0.0 && hi >= 0.0
         })
         .collect();
-    let n = interp::eval_op(op, &[&choices[0][0], &choices[1][0]]).map_or(0, |r| r.numel());
     if straddles.len() == n {
         straddles
     } else {
