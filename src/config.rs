@@ -58,6 +58,9 @@ pub const AUTO_DYNAMIC: &str = "LAZYFUSE_AUTO_DYNAMIC";
 /// [`DEFAULT_LAYERS_PER_REGION`]; `1`: one region per layer, the smallest
 /// compiles).
 pub const LAYERS_PER_REGION: &str = "LAZYFUSE_LAYERS_PER_REGION";
+/// `LAZYFUSE_INLINE_WAITS`: `0` queues every flush to the executor thread,
+/// even one whose caller waits for it at once (see [`inline_waits`]).
+pub const INLINE_WAITS: &str = "LAZYFUSE_INLINE_WAITS";
 /// XLA's own log threshold (0 info, 1 warnings, 2 errors), read by the
 /// plugin when it first logs; lazyfuse sets 1 when it is unset.
 pub const XLA_LOG_LEVEL: &str = "TF_CPP_MIN_LOG_LEVEL";
@@ -248,6 +251,18 @@ pub(crate) fn metrics_at_exit() -> bool {
 pub fn strict_fp() -> bool {
     static S: OnceLock<bool> = OnceLock::new();
     *S.get_or_init(|| flag(STRICT_FP).unwrap_or(false))
+}
+
+/// Whether a flush that its caller waits for at once (a host read or a
+/// `realize()`) runs on the calling thread when the device's executor has
+/// nothing queued or running. Handing the job to the executor thread and
+/// waiting for it to hand the result back costs two thread wake-ups and
+/// gains nothing: the caller would block anyway, and with nothing queued
+/// there is no earlier work to keep order with. `LAZYFUSE_INLINE_WAITS=0`
+/// turns it off. Read once.
+pub fn inline_waits() -> bool {
+    static B: OnceLock<bool> = OnceLock::new();
+    *B.get_or_init(|| flag(INLINE_WAITS).unwrap_or(true))
 }
 
 /// `TPU_LAUNCH_BLOCKING=1`: wait for every execution as it is launched, so an

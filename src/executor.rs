@@ -131,8 +131,13 @@ impl Executor {
 
     /// Marks the job's outputs in flight and queues it, both under the queue
     /// lock (or, with launch blocking, marks and runs it here). Returns the
-    /// latch its readers wait on.
-    pub(crate) fn submit(self: &Arc<Self>, job: Job) -> Arc<Latch> {
+    /// latch its readers wait on, and the job when the submitter is to run
+    /// it itself: a flush its caller waits for at once, with nothing queued
+    /// or running (see [`crate::config::inline_waits`]). The submitter then
+    /// releases its graph and calls [`Executor::run_here`]; the job counts
+    /// as outstanding until then, so a job queued meanwhile by another
+    /// thread that reads its outputs waits for their latch.
+    pub(crate) fn submit(self: &Arc<Self>, job: Job) -> (Arc<Latch>, Option<Job>) {
         let latch = Arc::new(Latch::default());
         let start = |job: &Job| {
             for s in job.outputs.iter().filter_map(|(_, s)| s.upgrade()) {
@@ -142,12 +147,17 @@ impl Executor {
         if crate::config::launch_blocking() {
             start(&job);
             run_job(job, &latch, &self.plans);
-            return latch;
+            return (latch, None);
         }
         let mut q = self.queue.lock();
         start(&job);
-        q.jobs.push_back((job, latch.clone()));
         q.outstanding += 1;
+        let waited = matches!(job.reason, FlushReason::Read | FlushReason::Realize);
+        if waited && q.outstanding == 1 && crate::config::inline_waits() {
+            metrics::add(&C.flushes_inline, 1);
+            return (latch, Some(job));
+        }
+        q.jobs.push_back((job, latch.clone()));
         if !q.worker_started {
             q.worker_started = true;
             let me = self.clone();
@@ -157,7 +167,15 @@ impl Executor {
                 .expect("spawning the lazyfuse executor thread");
         }
         self.cv.notify_all();
-        latch
+        (latch, None)
+    }
+
+    /// Runs a job that [`Executor::submit`] handed back, on this thread.
+    pub(crate) fn run_here(&self, job: Job, latch: &Latch) {
+        run_job(job, latch, &self.plans);
+        let mut q = self.queue.lock();
+        q.outstanding -= 1;
+        self.cv.notify_all();
     }
 
     fn work(&self) {

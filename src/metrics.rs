@@ -164,6 +164,10 @@ counters!(
     collective_bytes,
     /// SPMD programs executed (one per region launched over a mesh).
     spmd_launches,
+    /// Flushes run on the thread that waited for them (a read or a
+    /// `realize()` with nothing else queued) instead of being handed to
+    /// the executor thread: two thread wake-ups saved each.
+    flushes_inline,
 );
 
 /// Most device ordinals whose live bytes are tracked.

@@ -20,6 +20,7 @@ test_device!(
     creation_ops_are_lazy_and_fuse,
     display_shows_values,
     a_flush_returns_at_once_and_later_graphs_use_in_flight_results,
+    a_read_with_nothing_queued_runs_on_the_reading_thread,
     two_threads_missing_the_same_key_compile_it_once,
     cross_thread_recording_never_hangs,
 );
@@ -361,6 +362,55 @@ fn a_flush_returns_at_once_and_later_graphs_use_in_flight_results() {
     for (a, e) in got.iter().zip(&expect) {
         assert!((a - e).abs() < 1e-5, "{a} vs {e}");
     }
+}
+
+/// A read (or `realize()`) flushed with nothing queued runs on the reading
+/// thread; one flushed behind queued work goes through the executor thread
+/// so that jobs still run in order. Both give the right values, and another
+/// thread using the read's result while it runs waits for it.
+fn a_read_with_nothing_queued_runs_on_the_reading_thread() {
+    let _l = metrics_lock();
+    let _f = FusionGuard::new(true);
+    let d = dev();
+    let x = Tensor::from_slice(&data(64, 0.3), &[64], &d).unwrap();
+    x.realize().unwrap();
+    let inline = || snapshot().flushes_inline;
+    let before = inline();
+    let y = x.mul_scalar(3.0).unwrap().add_scalar(1.0).unwrap();
+    let got = y.to_vec::<f32>().unwrap();
+    assert_eq!(inline() - before, 1, "an idle read runs here");
+    for (g, e) in got.iter().zip(data(64, 0.3)) {
+        assert!((g - (e * 3.0 + 1.0)).abs() < 1e-6, "{g} vs {e}");
+    }
+    let z = y.mul(&y).unwrap();
+    z.realize().unwrap();
+    assert_eq!(inline() - before, 2, "so does an idle realize()");
+    // Behind a flush still queued or running, a read waits its turn on the
+    // executor thread: `sync()` hands a big graph over without waiting.
+    let mut w = x.clone();
+    for _ in 0..400 {
+        w = w.mul_scalar(1.0001).unwrap().sin().unwrap();
+    }
+    lazyfuse::flush();
+    let v = w.add_scalar(1.0).unwrap().to_vec::<f32>().unwrap();
+    let mut expect = data(64, 0.3);
+    for e in &mut expect {
+        for _ in 0..400 {
+            *e = (*e * 1.0001).sin();
+        }
+        *e += 1.0;
+    }
+    for (g, e) in v.iter().zip(&expect) {
+        assert!((g - e).abs() < 1e-4, "{g} vs {e}");
+    }
+    // Another thread uses a value whose read is running on this one.
+    let big = Tensor::from_slice(&data(1 << 16, 0.9), &[1 << 16], &d).unwrap();
+    let s = big.exp().unwrap().sum(&[0], false).unwrap();
+    let t = s.clone();
+    let reader = std::thread::spawn(move || t.mul_scalar(2.0).unwrap().item::<f32>().unwrap());
+    let here = s.item::<f32>().unwrap();
+    let there = reader.join().unwrap();
+    assert_eq!(there, here * 2.0);
 }
 
 fn two_threads_missing_the_same_key_compile_it_once() {

@@ -87,8 +87,15 @@ impl ThreadGraph {
             fuse: g.fuse,
             reason,
         };
-        let latch = self.device.executor.submit(job);
+        let (latch, here) = self.device.executor.submit(job);
         drop(g);
+        if let Some(job) = here {
+            // Run after the graph is released (other threads may record
+            // into it meanwhile; what they read of it is in flight) and,
+            // as on the executor thread, holding the outputs only weakly.
+            drop((outputs, left_out));
+            self.device.executor.run_here(job, &latch);
+        }
         Some(latch)
     }
 
