@@ -374,17 +374,19 @@ fn a_read_with_nothing_queued_runs_on_the_reading_thread() {
     let d = dev();
     let x = Tensor::from_slice(&data(64, 0.3), &[64], &d).unwrap();
     x.realize().unwrap();
+    // With launch blocking every job runs where it is flushed, not counted.
+    let counted = u64::from(!lazyfuse::launch_blocking());
     let inline = || snapshot().flushes_inline;
     let before = inline();
     let y = x.mul_scalar(3.0).unwrap().add_scalar(1.0).unwrap();
     let got = y.to_vec::<f32>().unwrap();
-    assert_eq!(inline() - before, 1, "an idle read runs here");
+    assert_eq!(inline() - before, counted, "an idle read runs here");
     for (g, e) in got.iter().zip(data(64, 0.3)) {
         assert!((g - (e * 3.0 + 1.0)).abs() < 1e-6, "{g} vs {e}");
     }
     let z = y.mul(&y).unwrap();
     z.realize().unwrap();
-    assert_eq!(inline() - before, 2, "so does an idle realize()");
+    assert_eq!(inline() - before, 2 * counted, "so does an idle realize()");
     // Behind a flush still queued or running, a read waits its turn on the
     // executor thread: `sync()` hands a big graph over without waiting.
     let mut w = x.clone();
