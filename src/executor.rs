@@ -173,6 +173,11 @@ impl Executor {
     /// Runs a job that [`Executor::submit`] handed back, on this thread.
     pub(crate) fn run_here(&self, job: Job, latch: &Latch) {
         run_job(job, latch, &self.plans);
+        self.finished();
+    }
+
+    /// Counts an outstanding job as done and wakes whoever drains.
+    fn finished(&self) {
         let mut q = self.queue.lock();
         q.outstanding -= 1;
         self.cv.notify_all();
@@ -190,9 +195,7 @@ impl Executor {
                 }
             };
             run_job(job, &latch, &self.plans);
-            let mut q = self.queue.lock();
-            q.outstanding -= 1;
-            self.cv.notify_all();
+            self.finished();
         }
     }
 

@@ -365,9 +365,9 @@ fn a_flush_returns_at_once_and_later_graphs_use_in_flight_results() {
 }
 
 /// A read (or `realize()`) flushed with nothing queued runs on the reading
-/// thread; one flushed behind queued work goes through the executor thread
-/// so that jobs still run in order. Both give the right values, and another
-/// thread using the read's result while it runs waits for it.
+/// thread (counted). A read flushed right behind other work gives the right
+/// value, and so does another thread using a value whose read may be
+/// running on this one.
 fn a_read_with_nothing_queued_runs_on_the_reading_thread() {
     let _l = metrics_lock();
     let _f = FusionGuard::new(true);
@@ -387,8 +387,8 @@ fn a_read_with_nothing_queued_runs_on_the_reading_thread() {
     let z = y.mul(&y).unwrap();
     z.realize().unwrap();
     assert_eq!(inline() - before, 2 * counted, "so does an idle realize()");
-    // Behind a flush still queued or running, a read waits its turn on the
-    // executor thread: `sync()` hands a big graph over without waiting.
+    // `flush()` hands a big graph over without waiting; the read that
+    // follows may find it still queued or running.
     let mut w = x.clone();
     for _ in 0..400 {
         w = w.mul_scalar(1.0001).unwrap().sin().unwrap();
@@ -405,7 +405,7 @@ fn a_read_with_nothing_queued_runs_on_the_reading_thread() {
     for (g, e) in v.iter().zip(&expect) {
         assert!((g - e).abs() < 1e-4, "{g} vs {e}");
     }
-    // Another thread uses a value whose read is running on this one.
+    // Another thread uses a value this thread reads at the same time.
     let big = Tensor::from_slice(&data(1 << 16, 0.9), &[1 << 16], &d).unwrap();
     let s = big.exp().unwrap().sum(&[0], false).unwrap();
     let t = s.clone();
