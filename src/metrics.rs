@@ -119,6 +119,9 @@ counters!(
     d2h_transfers,
     /// Bytes moved device to host.
     d2h_bytes,
+    /// Device-to-host transfers read straight from host memory (the CPU
+    /// plugin's buffers), without the plugin's asynchronous copy.
+    d2h_in_place,
     /// Device buffers currently alive.
     live_buffers,
     /// Bytes held by live device buffers.

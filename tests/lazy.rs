@@ -21,6 +21,7 @@ test_device!(
     display_shows_values,
     a_flush_returns_at_once_and_later_graphs_use_in_flight_results,
     a_read_with_nothing_queued_runs_on_the_reading_thread,
+    reads_of_host_memory_buffers_are_in_place,
     two_threads_missing_the_same_key_compile_it_once,
     cross_thread_recording_never_hangs,
 );
@@ -413,6 +414,33 @@ fn a_read_with_nothing_queued_runs_on_the_reading_thread() {
     let here = s.item::<f32>().unwrap();
     let there = reader.join().unwrap();
     assert_eq!(there, here * 2.0);
+}
+
+/// On the CPU plugin every read copies the result straight from its host
+/// memory (`d2h_in_place`), whatever its dtype or the layout of the op
+/// that made it; the interpreter's reads are plain copies, not counted.
+fn reads_of_host_memory_buffers_are_in_place() {
+    let _l = metrics_lock();
+    let _f = FusionGuard::new(true);
+    let d = dev();
+    let x = Tensor::from_slice(&data(12, 0.2), &[3, 4], &d).unwrap();
+    let before = snapshot();
+    let t = x.permute(&[1, 0]).unwrap().mul_scalar(2.0).unwrap();
+    let got = t.to_vec::<f32>().unwrap();
+    let host = data(12, 0.2);
+    let expect: Vec<f32> = (0..4)
+        .flat_map(|j| (0..3).map(move |i| (i, j)))
+        .map(|(i, j)| host[i * 4 + j] * 2.0)
+        .collect();
+    assert_eq!(got, expect);
+    let pos = x.gt_scalar(0.0).unwrap().to_vec::<bool>().unwrap();
+    assert_eq!(pos, host.iter().map(|&v| v > 0.0).collect::<Vec<_>>());
+    let idx = x.argmax(1, false).unwrap().to_vec::<i64>().unwrap();
+    assert_eq!(idx.len(), 3);
+    let reads = snapshot().d2h_transfers - before.d2h_transfers;
+    let in_place = snapshot().d2h_in_place - before.d2h_in_place;
+    assert_eq!(reads, 3);
+    assert_eq!(in_place, if d.is_interpreter() { 0 } else { 3 });
 }
 
 fn two_threads_missing_the_same_key_compile_it_once() {

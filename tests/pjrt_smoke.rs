@@ -541,3 +541,62 @@ fn error_display_includes_code() {
         "{shown}"
     );
 }
+
+/// The CPU plugin's buffers are host memory: `to_host` copies them in
+/// place (no asynchronous plugin copy), for every dtype, rank 0, an empty
+/// array, an executable's output, and from several threads at once, with
+/// the same bytes the plugin's own copy gives.
+#[test]
+fn host_reads_of_cpu_buffers_are_in_place() {
+    use lazyfuse::pjrt::HostCopy;
+    let c = client();
+    let cases: Vec<(DType, Vec<usize>, Vec<u8>)> = vec![
+        (
+            DType::F32,
+            vec![2, 3],
+            f32_bytes(&[1.5, -2., 3., 4., 5., 6.25]),
+        ),
+        (DType::BF16, vec![4], bf16_bytes(&[1., -0.5, 2., 3.])),
+        (DType::I32, vec![3, 1], i32_bytes(&[7, -8, 9])),
+        (DType::Bool, vec![5], vec![1, 0, 0, 1, 1]),
+        (DType::U8, vec![2, 2, 2], (0..8).collect()),
+        (DType::F32, vec![], f32_bytes(&[42.])),
+        (DType::F32, vec![0, 3], vec![]),
+    ];
+    for (dtype, dims, bytes) in &cases {
+        let b = c.buffer_from_host(bytes, *dtype, dims, 0).unwrap();
+        let mut out = vec![0xAAu8; bytes.len()];
+        assert_eq!(
+            b.to_host(&mut out).unwrap(),
+            HostCopy::InPlace,
+            "{dtype}{dims:?}"
+        );
+        assert_eq!(&out, bytes, "{dtype}{dims:?}");
+    }
+    let exe = c.compile(ADD_2X3).unwrap();
+    let a = c
+        .buffer_from_host(
+            &f32_bytes(&[1., 2., 3., 4., 5., 6.]),
+            DType::F32,
+            &[2, 3],
+            0,
+        )
+        .unwrap();
+    let outs = exe.execute(&[&a, &a], 0).unwrap();
+    let out = Arc::new(outs.into_iter().next().unwrap());
+    let readers: Vec<_> = (0..4)
+        .map(|_| {
+            let out = out.clone();
+            std::thread::spawn(move || {
+                let mut got = vec![0u8; 24];
+                let how = out.to_host(&mut got).unwrap();
+                (how, f32_vec(&got))
+            })
+        })
+        .collect();
+    for r in readers {
+        let (how, got) = r.join().unwrap();
+        assert_eq!(how, HostCopy::InPlace);
+        assert_eq!(got, [2., 4., 6., 8., 10., 12.]);
+    }
+}

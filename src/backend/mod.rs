@@ -60,8 +60,9 @@ pub(crate) trait Backend: Send + Sync {
     fn device_count(&self) -> usize;
     /// Copies `host` to device `ordinal`.
     fn upload(&self, host: &HostTensor, ordinal: usize) -> Result<RawBuffer>;
-    /// Copies `buf` into `out` (exactly its byte size).
-    fn download(&self, buf: &RawBuffer, out: &mut [u8]) -> Result<()>;
+    /// Copies `buf` into `out` (exactly its byte size); `true` when it was
+    /// read straight from host memory, without a device transfer.
+    fn download(&self, buf: &RawBuffer, out: &mut [u8]) -> Result<bool>;
     /// Compiles `region` of `graph` (key `key`), calling `on_compile` just
     /// before real compilation work (not for a persistent-cache load).
     fn compile(

@@ -170,9 +170,9 @@ impl Backend for PjrtBackend {
         Ok(RawBuffer::Pjrt(buf))
     }
 
-    fn download(&self, buf: &RawBuffer, out: &mut [u8]) -> Result<()> {
+    fn download(&self, buf: &RawBuffer, out: &mut [u8]) -> Result<bool> {
         match buf {
-            RawBuffer::Pjrt(b) => Ok(b.to_host(out)?),
+            RawBuffer::Pjrt(b) => Ok(b.to_host(out)? == crate::pjrt::HostCopy::InPlace),
             RawBuffer::Host(_) => Err(foreign("buffer")),
         }
     }

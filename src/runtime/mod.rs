@@ -297,9 +297,10 @@ impl Runtime {
         let _span = tracing::debug_span!("d2h", bytes = buf.bytes).entered();
         let t0 = Instant::now();
         let mut bytes = vec![0u8; buf.bytes];
-        self.backend.download(buf.one()?, &mut bytes)?;
+        let in_place = self.backend.download(buf.one()?, &mut bytes)?;
         metrics::observe_since(metrics::Phase::DeviceToHost, t0);
         metrics::add(&C.d2h_transfers, 1);
+        metrics::add(&C.d2h_in_place, u64::from(in_place));
         metrics::add(&C.d2h_bytes, bytes.len() as u64);
         Ok(HostTensor {
             shape: buf.shape.clone(),

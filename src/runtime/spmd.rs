@@ -119,9 +119,10 @@ impl Runtime {
             }
             let t0 = Instant::now();
             let mut bytes = vec![0u8; local.numel() * elem];
-            self.backend.download(shard, &mut bytes)?;
+            let in_place = self.backend.download(shard, &mut bytes)?;
             metrics::observe_since(metrics::Phase::DeviceToHost, t0);
             metrics::add(&C.d2h_transfers, 1);
+            metrics::add(&C.d2h_in_place, u64::from(in_place));
             metrics::add(&C.d2h_bytes, bytes.len() as u64);
             for_each_run(&buf.shape, &local, &offset, elem, |g, l, n| {
                 out[g..g + n].copy_from_slice(&bytes[l..l + n]);
