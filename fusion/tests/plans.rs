@@ -145,10 +145,18 @@ fn adamw_over_200_params_is_200_runs_of_one_region() {
 #[test]
 fn independent_copies_are_batched_by_a_fitting_divisor_or_with_a_remainder() {
     // By default independent copies (no copy reads another) run several per
-    // region: a divisor of the count from 8 to 16 when there is one (all
-    // regions share one executable), else 16 per region and the rest in one
-    // more (two executables: a prime count is not one region per copy).
-    for (n, regions, keys) in [(200, 20, 1), (48, 3, 1), (37, 3, 2), (7, 1, 1), (113, 8, 2)] {
+    // region: a divisor of the count from 32 to 64 when there is one (all
+    // regions share one executable), else 64 per region and the rest in one
+    // more (two executables: a prime count is not one region per copy). A
+    // run of at most 64 copies is one region.
+    for (n, regions, keys) in [
+        (200, 4, 1),
+        (300, 5, 1),
+        (48, 1, 1),
+        (7, 1, 1),
+        (113, 2, 2),
+        (67, 2, 2),
+    ] {
         let (g, live) = adam_graph(n, 0.1, 0.001);
         let p = g.plan(&live);
         assert_eq!(p.regions.len(), regions, "{n} parameters");
@@ -159,17 +167,17 @@ fn independent_copies_are_batched_by_a_fitting_divisor_or_with_a_remainder() {
 
 #[test]
 fn batched_copies_pack_their_scalars_one_pack_per_copy() {
-    // 20 regions of 10 updates: each update's lifted scalars are one pack,
+    // 4 regions of 50 updates: each update's lifted scalars are one pack,
     // at the same offsets in every copy (so the copies' code is identical).
     let (g, live) = adam_graph(200, 0.1, 0.001);
     let p = g.plan(&live);
     let r = &p.regions[0];
     let packs = r.scalar_packs();
-    assert_eq!(packs.len(), 10, "one pack per copy");
+    assert_eq!(packs.len(), 50, "one pack per copy");
     let per_copy = packs[0].params.len();
     assert!(per_copy > 1);
     assert!(packs.iter().all(|k| k.params.len() == per_copy));
-    assert_eq!(r.lifted.len(), 10 * per_copy);
+    assert_eq!(r.lifted.len(), 50 * per_copy);
     // Unbatched, a region's scalars of one dtype are one pack.
     let (g1, live1) = adam_graph(1, 0.1, 0.001);
     let p1 = g1.plan(&live1);
