@@ -14,11 +14,12 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-/// Where tensors live and run. Cheap to clone (one reference count: every
-/// recorded tensor holds its device); devices from the same plugin share
-/// one client and one compile cache.
+/// Where tensors live and run. Free to clone (a pointer copy, no reference
+/// count: every recorded tensor holds its device, and an atomic count per
+/// op was a measurable part of recording); devices from the same plugin
+/// share one client and one compile cache.
 #[derive(Clone)]
-pub struct Device(Arc<DeviceParts>);
+pub struct Device(&'static DeviceParts);
 
 /// What a [`Device`] handle names (crate-private fields: reached through
 /// the handle's `Deref` inside lazyfuse only).
@@ -34,18 +35,26 @@ pub struct DeviceParts {
 impl std::ops::Deref for Device {
     type Target = DeviceParts;
     fn deref(&self) -> &DeviceParts {
-        &self.0
+        self.0
     }
 }
 
 impl Device {
+    /// Device `ordinal` of `client`. Its parts are made once per client
+    /// and ordinal and kept for the rest of the process, as the client is
+    /// (a plugin is never unloaded), so there are at most as many as the
+    /// clients' addressable devices.
     fn new(client: &Arc<ClientEntry>, ordinal: usize) -> Device {
-        Device(Arc::new(DeviceParts {
-            rt: client.rt.clone(),
-            executor: client.executor(ordinal),
-            ordinal,
-            client: client.clone(),
-        }))
+        let mut devices = client.devices.lock();
+        let parts = *devices.entry(ordinal).or_insert_with(|| {
+            Box::leak(Box::new(DeviceParts {
+                rt: client.rt.clone(),
+                executor: client.executor(ordinal),
+                ordinal,
+                client: client.clone(),
+            }))
+        });
+        Device(parts)
     }
 }
 
@@ -57,6 +66,8 @@ struct ClientEntry {
     /// What the client was created with (a later request must match).
     setup: ClientSetup,
     executors: Mutex<HashMap<usize, Arc<Executor>>>,
+    /// The parts of each device handed out (see [`Device::new`]).
+    devices: Mutex<HashMap<usize, &'static DeviceParts>>,
 }
 
 impl ClientEntry {
@@ -65,6 +76,7 @@ impl ClientEntry {
             rt,
             setup,
             executors: Mutex::new(HashMap::new()),
+            devices: Mutex::new(HashMap::new()),
         })
     }
 
