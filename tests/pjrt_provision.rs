@@ -13,7 +13,6 @@ use std::time::Instant;
 use common::*;
 use lazyfuse::pjrt::{Client, Plugin};
 use lazyfuse::plugin::default_plugin_path;
-use lazyfuse_ir::DType;
 
 fn set(k: &str, v: impl AsRef<std::ffi::OsStr>) {
     std::env::set_var(k, v);
@@ -147,15 +146,8 @@ fn provisioning_end_to_end() {
     let plugin = Plugin::load(&path).unwrap();
     assert_eq!(plugin.api_version().0, 0);
     let c = Client::new(plugin).unwrap();
-    let exe = c.compile(ADD_2X3).unwrap();
-    let a = c
-        .buffer_from_host(
-            &f32_bytes(&[1., 2., 3., 4., 5., 6.]),
-            DType::F32,
-            &[2, 3],
-            0,
-        )
-        .unwrap();
-    let outs = exe.execute(&[&a, &a], 0).unwrap();
-    assert_eq!(f32_vec(&download(&outs[0])), [2., 4., 6., 8., 10., 12.]);
+    assert_eq!(
+        f32_vec(&download(&doubled_1_to_6(&c))),
+        [2., 4., 6., 8., 10., 12.]
+    );
 }

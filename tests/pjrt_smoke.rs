@@ -573,17 +573,7 @@ fn host_reads_of_cpu_buffers_are_in_place() {
         );
         assert_eq!(&out, bytes, "{dtype}{dims:?}");
     }
-    let exe = c.compile(ADD_2X3).unwrap();
-    let a = c
-        .buffer_from_host(
-            &f32_bytes(&[1., 2., 3., 4., 5., 6.]),
-            DType::F32,
-            &[2, 3],
-            0,
-        )
-        .unwrap();
-    let outs = exe.execute(&[&a, &a], 0).unwrap();
-    let out = Arc::new(outs.into_iter().next().unwrap());
+    let out = Arc::new(doubled_1_to_6(c));
     let readers: Vec<_> = (0..4)
         .map(|_| {
             let out = out.clone();

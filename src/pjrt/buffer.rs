@@ -98,6 +98,7 @@ impl Buffer {
     /// `out.len()` must equal the dense size (product of [`Buffer::dims`] times
     /// the dtype's size); anything else is an `Err`, so a caller with a stale
     /// idea of the shape learns it instead of reading partial data.
+    ///
     /// A buffer in host memory (the CPU plugin's) that is dense and
     /// row-major is copied from its address once ready, without the
     /// plugin's asynchronous copy ([`HostCopy::InPlace`]).
@@ -230,13 +231,9 @@ impl Buffer {
             return Ok(false);
         }
         Event::new(plugin, ready.event).wait("PJRT_Buffer_ReadyEvent")?;
-        let mut size = sys::PJRT_Buffer_OnDeviceSizeInBytes_Args::new();
-        size.buffer = raw;
         let mut ptr = sys::PJRT_Buffer_UnsafePointer_Args::new();
         ptr.buffer = raw;
-        let sized = pjrt_call!(plugin, PJRT_Buffer_OnDeviceSizeInBytes, &mut size).is_ok();
-        if !sized
-            || size.on_device_size_in_bytes != out.len()
+        if self.on_device_size().ok() != Some(out.len())
             || pjrt_call!(plugin, PJRT_Buffer_UnsafePointer, &mut ptr).is_err()
             || (ptr.buffer_pointer == 0 && !out.is_empty())
         {

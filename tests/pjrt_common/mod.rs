@@ -104,3 +104,18 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// `ADD_2X3` compiled on `c` and run on `[1, ..., 6]` twice over: the
+/// buffer holding `[2, 4, ..., 12]`.
+pub fn doubled_1_to_6(c: &Client) -> lazyfuse::pjrt::Buffer {
+    let exe = c.compile(ADD_2X3).unwrap();
+    let a = c
+        .buffer_from_host(
+            &f32_bytes(&[1., 2., 3., 4., 5., 6.]),
+            lazyfuse_ir::DType::F32,
+            &[2, 3],
+            0,
+        )
+        .unwrap();
+    exe.execute(&[&a, &a], 0).unwrap().remove(0)
+}
