@@ -61,6 +61,10 @@ pub const LAYERS_PER_REGION: &str = "LAZYFUSE_LAYERS_PER_REGION";
 /// `LAZYFUSE_INLINE_WAITS`: `0` queues every flush to the executor thread,
 /// even one whose caller waits for it at once (see [`inline_waits`]).
 pub const INLINE_WAITS: &str = "LAZYFUSE_INLINE_WAITS";
+/// `LAZYFUSE_WAIT_POLL_US`: how long after launching an execution a
+/// waiting thread polls for its completion before sleeping (default
+/// [`DEFAULT_WAIT_POLL_US`]; `0`: sleep at once). See [`wait_poll`].
+pub const WAIT_POLL_US: &str = "LAZYFUSE_WAIT_POLL_US";
 /// XLA's own log threshold (0 info, 1 warnings, 2 errors), read by the
 /// plugin when it first logs; lazyfuse sets 1 when it is unset.
 pub const XLA_LOG_LEVEL: &str = "TF_CPP_MIN_LOG_LEVEL";
@@ -263,6 +267,26 @@ pub fn strict_fp() -> bool {
 pub fn inline_waits() -> bool {
     static B: OnceLock<bool> = OnceLock::new();
     *B.get_or_init(|| flag(INLINE_WAITS).unwrap_or(true))
+}
+
+/// Default of [`WAIT_POLL_US`].
+pub const DEFAULT_WAIT_POLL_US: u64 = 200;
+
+/// How long after its launch a wait for an execution polls (yielding the
+/// core between polls) before it sleeps on the plugin's event. A sleeping
+/// waiter costs a futex wake-up and a reschedule when the execution ends,
+/// tens of microseconds on a busy host: as long as a small program's whole
+/// run, paid on every decode step of a small model. Executions that run
+/// longer than the window are waited for as before, so a long one costs
+/// the window's polling at most.
+pub fn wait_poll() -> std::time::Duration {
+    static P: OnceLock<u64> = OnceLock::new();
+    std::time::Duration::from_micros(*P.get_or_init(|| {
+        std::env::var(WAIT_POLL_US)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(DEFAULT_WAIT_POLL_US)
+    }))
 }
 
 /// `TPU_LAUNCH_BLOCKING=1`: wait for every execution as it is launched, so an

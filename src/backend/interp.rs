@@ -187,7 +187,7 @@ impl Backend for InterpBackend {
         ))
     }
 
-    fn wait(&self, done: Completion) -> Result<()> {
+    fn wait(&self, done: Completion, _poll: std::time::Duration) -> Result<()> {
         match done {
             Completion::Done => Ok(()),
             Completion::Pjrt(_) | Completion::PjrtAll(_) => Err(foreign("completion")),

@@ -83,8 +83,9 @@ pub(crate) trait Backend: Send + Sync {
         ordinal: usize,
         outputs: &[(Shape, DType)],
     ) -> Result<(Vec<RawBuffer>, Completion)>;
-    /// Waits for an execution launched by [`Backend::execute`].
-    fn wait(&self, done: Completion) -> Result<()>;
+    /// Waits for an execution launched by [`Backend::execute`], polling
+    /// rather than sleeping until `poll` after its launch.
+    fn wait(&self, done: Completion, poll: std::time::Duration) -> Result<()>;
     /// Compiles `region` as one SPMD program over `layout`'s mesh, its
     /// parameters and results sharded as `layout` says.
     fn compile_spmd(

@@ -216,12 +216,13 @@ impl Backend for PjrtBackend {
         ))
     }
 
-    fn wait(&self, done: Completion) -> Result<()> {
+    fn wait(&self, done: Completion, poll: std::time::Duration) -> Result<()> {
         match done {
-            Completion::Pjrt(c) => Ok(c.wait()?),
+            Completion::Pjrt(c) => Ok(c.wait_polling(poll)?),
             Completion::PjrtAll(all) => {
                 // Await every device before reporting the first error.
-                let results: Vec<pjrt::Result<()>> = all.into_iter().map(|c| c.wait()).collect();
+                let results: Vec<pjrt::Result<()>> =
+                    all.into_iter().map(|c| c.wait_polling(poll)).collect();
                 results.into_iter().collect::<pjrt::Result<()>>()?;
                 Ok(())
             }

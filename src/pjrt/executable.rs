@@ -2,6 +2,7 @@
 
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::api::Event;
 use super::buffer::Buffer;
@@ -170,6 +171,7 @@ impl LoadedExecutable {
         let done = Completion {
             client: Arc::clone(&self.client),
             raw: complete[0],
+            launched: Instant::now(),
         };
         let produced: Vec<Option<Buffer>> = outs
             .iter()
@@ -267,6 +269,7 @@ impl LoadedExecutable {
             .map(|&raw| Completion {
                 client: Arc::clone(&self.client),
                 raw,
+                launched: Instant::now(),
             })
             .collect();
         let produced: Vec<Vec<Option<Buffer>>> = outs
@@ -451,6 +454,8 @@ impl Drop for LoadedExecutable {
 pub struct Completion {
     client: Arc<ClientInner>,
     raw: *mut sys::PJRT_Event,
+    /// When `PJRT_LoadedExecutable_Execute` returned.
+    launched: Instant,
 }
 
 // SAFETY: PJRT events may be awaited and destroyed from any thread.
@@ -458,9 +463,17 @@ unsafe impl Send for Completion {}
 
 impl Completion {
     /// Blocks until the execution has finished; returns its error, if any.
-    pub fn wait(mut self) -> Result<()> {
+    pub fn wait(self) -> Result<()> {
+        self.wait_polling(Duration::ZERO)
+    }
+
+    /// [`Completion::wait`], polling for completion instead of sleeping
+    /// until `poll` after the launch: an execution that finishes by then is
+    /// collected without a thread wake-up (see `Event::wait_polling`).
+    pub fn wait_polling(mut self, poll: Duration) -> Result<()> {
         let raw = std::mem::replace(&mut self.raw, ptr::null_mut());
-        Event::new(&self.client.plugin, raw).wait("PJRT_LoadedExecutable_Execute")
+        let until = (!poll.is_zero()).then(|| self.launched + poll);
+        Event::new(&self.client.plugin, raw).wait_polling(until, "PJRT_LoadedExecutable_Execute")
     }
 }
 

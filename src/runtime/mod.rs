@@ -392,7 +392,7 @@ impl Runtime {
     /// waits for it here (`None`), else hands its completion back.
     fn launched(&self, done: Completion, t0: Instant) -> Result<Option<Completion>> {
         let done = if crate::config::launch_blocking() {
-            self.backend.wait(done)?;
+            self.backend.wait(done, crate::config::wait_poll())?;
             None
         } else {
             Some(done)
@@ -406,7 +406,7 @@ impl Runtime {
     /// Waits for a launched execution (time counted as execution time).
     pub(crate) fn wait(&self, done: Completion) -> Result<()> {
         let t0 = Instant::now();
-        let r = self.backend.wait(done);
+        let r = self.backend.wait(done, crate::config::wait_poll());
         metrics::add(&C.execute_ns, t0.elapsed().as_nanos() as u64);
         metrics::observe_since(metrics::Phase::Await, t0);
         r
