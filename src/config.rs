@@ -276,9 +276,10 @@ pub const DEFAULT_WAIT_POLL_US: u64 = 200;
 /// core between polls) before it sleeps on the plugin's event. A sleeping
 /// waiter costs a futex wake-up and a reschedule when the execution ends,
 /// tens of microseconds on a busy host: as long as a small program's whole
-/// run, paid on every decode step of a small model. Executions that run
-/// longer than the window are waited for as before, so a long one costs
-/// the window's polling at most.
+/// run, paid on every decode step of a small model. Only executables
+/// whose previous run ended within the window are polled for: the waiter
+/// for a longer program sleeps at once, leaving the cores to XLA's threads
+/// (polling beside a two-thread elementwise kernel slowed it by ~10%).
 pub fn wait_poll() -> std::time::Duration {
     static P: OnceLock<u64> = OnceLock::new();
     std::time::Duration::from_micros(*P.get_or_init(|| {

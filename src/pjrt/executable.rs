@@ -1,6 +1,7 @@
 //! Compiled programs: execution on one device and serialization.
 
 use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,10 @@ pub struct LoadedExecutable {
     devices: Vec<usize>,
     /// The collective ops of the optimized program, read on first ask.
     collectives: std::sync::OnceLock<Vec<super::hlo::Collective>>,
+    /// Nanoseconds from launch to observed completion of the latest awaited
+    /// run (0 before the first): whether a wait polls (see
+    /// [`Completion::wait_polling`]).
+    last_run_ns: Arc<AtomicU64>,
 }
 
 // SAFETY: PJRT executables are thread-safe: concurrent `Execute` calls and
@@ -70,6 +75,7 @@ impl LoadedExecutable {
             source: None,
             devices: Vec::new(),
             collectives: std::sync::OnceLock::new(),
+            last_run_ns: Arc::new(AtomicU64::new(0)),
         };
         let plugin = &*exe.client.plugin;
 
@@ -172,6 +178,7 @@ impl LoadedExecutable {
             client: Arc::clone(&self.client),
             raw: complete[0],
             launched: Instant::now(),
+            last_run_ns: Arc::clone(&self.last_run_ns),
         };
         let produced: Vec<Option<Buffer>> = outs
             .iter()
@@ -270,6 +277,7 @@ impl LoadedExecutable {
                 client: Arc::clone(&self.client),
                 raw,
                 launched: Instant::now(),
+                last_run_ns: Arc::clone(&self.last_run_ns),
             })
             .collect();
         let produced: Vec<Vec<Option<Buffer>>> = outs
@@ -456,6 +464,8 @@ pub struct Completion {
     raw: *mut sys::PJRT_Event,
     /// When `PJRT_LoadedExecutable_Execute` returned.
     launched: Instant,
+    /// The executable's `last_run_ns`.
+    last_run_ns: Arc<AtomicU64>,
 }
 
 // SAFETY: PJRT events may be awaited and destroyed from any thread.
@@ -468,12 +478,20 @@ impl Completion {
     }
 
     /// [`Completion::wait`], polling for completion instead of sleeping
-    /// until `poll` after the launch: an execution that finishes by then is
-    /// collected without a thread wake-up (see `Event::wait_polling`).
+    /// until `poll` after the launch when the executable's previous run
+    /// ended within `poll` (or it has not run yet): a short execution is
+    /// then collected without a thread wake-up (see `Event::wait_polling`),
+    /// while a waiter for a longer one sleeps at once and leaves the cores
+    /// to the execution's own threads.
     pub fn wait_polling(mut self, poll: Duration) -> Result<()> {
         let raw = std::mem::replace(&mut self.raw, ptr::null_mut());
-        let until = (!poll.is_zero()).then(|| self.launched + poll);
-        Event::new(&self.client.plugin, raw).wait_polling(until, "PJRT_LoadedExecutable_Execute")
+        let short = self.last_run_ns.load(Relaxed) <= poll.as_nanos() as u64;
+        let until = (short && !poll.is_zero()).then(|| self.launched + poll);
+        let r = Event::new(&self.client.plugin, raw)
+            .wait_polling(until, "PJRT_LoadedExecutable_Execute");
+        let took = self.launched.elapsed().as_nanos() as u64;
+        self.last_run_ns.store(took.max(1), Relaxed);
+        r
     }
 }
 
