@@ -309,7 +309,41 @@ fn a_cat_of_steady_length_stays_exact() {
     }
 }
 
+/// A length whose capacity holds no other (1, and 2 with power-of-two
+/// buckets) stays static at a site whose axis is dynamic: no padding to
+/// drop, no other length to share its executables. Lengths around it are
+/// padded, and every length gives what exact shapes give.
+fn a_sole_length_stays_static() {
+    let d = dev();
+    let w = Tensor::from_slice(&values(20, 9), &[5, 4], &d).unwrap();
+    for (step, len) in [5usize, 3, 1, 2, 6, 1, 3].into_iter().enumerate() {
+        let data = values(3 * len * 5, 40 + step as u64);
+        // One upload site: its length changes from step to step.
+        let x = Tensor::from_slice(&data, &[3, len, 5], &d).unwrap();
+        let want_axes = match (step, len) {
+            (0, _) | (_, 1) | (_, 2) => vec![],
+            (_, l) => vec![(1, l.next_power_of_two())],
+        };
+        assert_eq!(x.dynamic_axes(), want_axes, "step {step}, length {len}");
+        let exact = set_auto_dynamic_off(|| Tensor::from_slice(&data, &[3, len, 5], &d).unwrap());
+        assert!(exact.dynamic_axes().is_empty());
+        for ((name, g), (_, e)) in along_axis(&x, &w).iter().zip(&along_axis(&exact, &w)) {
+            assert_close(&format!("{name} at length {len}"), g, e, 2e-6);
+        }
+        lazyfuse::sync();
+    }
+}
+
+/// `f` with automatic dynamic axes off on this thread.
+fn set_auto_dynamic_off<R>(f: impl FnOnce() -> R) -> R {
+    set_auto_dynamic(false);
+    let r = f();
+    set_auto_dynamic(true);
+    r
+}
+
 test_device!(
+    a_sole_length_stays_static,
     a_cat_of_steady_length_stays_exact,
     two_threads_make_the_same_decisions,
     cached_block_decoding_matches_the_full_forward,

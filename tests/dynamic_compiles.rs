@@ -160,8 +160,12 @@ fn batch_sizes_compile_once_per_bucket() {
     };
     // The first size a site sees compiles exact shapes (nothing is dynamic
     // yet); from the second size on, each size runs its bucket's
-    // executables. So a second pass compiles at most the bucketed form of
-    // the first size (one step's executables), and a third pass nothing.
+    // executables. Sizes 1 and 2 are the only lengths of their capacities,
+    // so they stay static (ordinary ops, one executable each either way).
+    // Output prediction learns per structure: the buckets' shared graphs
+    // settle within the first pass, the static sizes 1 and 2 on their third
+    // run. So a second pass compiles at most a few executables, a third at
+    // most the settled forms of sizes 1 and 2, and a fourth nothing.
     let c0 = compiles();
     let first: Vec<Vec<f32>> = (1..=24).map(run).collect();
     let c1 = compiles();
@@ -172,9 +176,15 @@ fn batch_sizes_compile_once_per_bucket() {
     );
     let second: Vec<Vec<f32>> = (1..=24).map(run).collect();
     let c2 = compiles();
-    let before = c2;
     let third: Vec<Vec<f32>> = (1..=24).map(run).collect();
-    assert_eq!(compiles() - before, 0, "batch sizes 1..=24 compiled again");
+    let c3 = compiles();
+    assert!(
+        c3 - c2 <= 2,
+        "the third pass compiled {} executables",
+        c3 - c2
+    );
+    let fourth: Vec<Vec<f32>> = (1..=24).map(run).collect();
+    assert_eq!(compiles() - c3, 0, "batch sizes 1..=24 compiled again");
     assert!(
         c2 - c1 <= 3,
         "the second pass compiled {} executables",
@@ -182,6 +192,7 @@ fn batch_sizes_compile_once_per_bucket() {
     );
     assert_eq!(first, second);
     assert_eq!(second, third);
+    assert_eq!(third, fourth);
     set_auto_dynamic(false);
     let exact: Vec<Vec<f32>> = (1..=24).map(run).collect();
     set_auto_dynamic(true);

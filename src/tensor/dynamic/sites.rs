@@ -122,8 +122,22 @@ pub(crate) fn observe(
         if k < CALLS_PER_STEP {
             site.cur.push((Shape::new(dims), start));
         }
-        (site.mask, site.runtime_start)
+        (site.mask & !sole_length_axes(dims), site.runtime_start)
     })
+}
+
+/// The axes of `dims` whose length is the only one its capacity holds
+/// (length 1, and 2 with power-of-two buckets): padded, such an axis would
+/// have no padding, and no other length could share its executables, so
+/// this call's value keeps it static. A decode step's one-token axis then
+/// records ordinary ops instead of padded ones (the same compiles: one per
+/// capacity either way), while the site stays marked for longer lengths.
+fn sole_length_axes(dims: &[usize]) -> u32 {
+    dims.iter()
+        .enumerate()
+        .take(32)
+        .filter(|&(_, &n)| super::bucket(n) == n && (n <= 1 || super::bucket(n - 1) != n))
+        .fold(0, |m, (a, _)| m | (1 << a))
 }
 
 /// What the site of `op` (recorded at `loc`, logical result `shape`) has
