@@ -27,15 +27,19 @@ impl Linear {
     }
 }
 
+/// One decoder layer. The projections that read the same input are stored
+/// side by side (q, k and v; gate and up): a decode step then reads each
+/// normed row into one matrix-vector product of the summed width, which
+/// XLA splits across cores, where three or two narrower ones ran mostly on
+/// one core each, and the step has fewer kernels.
 struct Layer {
     input_norm: Tensor,
-    q: Linear,
-    k: Linear,
-    v: Linear,
+    /// `[hidden, q + k + v]`.
+    qkv: Linear,
     o: Linear,
     post_norm: Tensor,
-    gate: Linear,
-    up: Linear,
+    /// `[hidden, 2 * intermediate]`: gate, then up.
+    gate_up: Linear,
     down: Linear,
 }
 
@@ -65,20 +69,36 @@ impl Loader<'_> {
 
     /// A PyTorch `[out, in]` weight, stored transposed as `[in, out]`.
     fn linear(&self, prefix: &str, inp: usize, out: usize, bias: bool) -> Result<Linear> {
-        let w = self.ck.f32(&format!("{prefix}.weight"), &[out, inp])?;
-        let mut t = vec![0f32; w.len()];
-        for o in 0..out {
-            for i in 0..inp {
-                t[i * out + o] = w[o * inp + i];
+        self.linears(&[(prefix, out)], inp, bias)
+    }
+
+    /// PyTorch `[out_j, in]` weights `prefix_j.weight` of one input width,
+    /// stored transposed side by side as `[in, sum of out_j]` (and their
+    /// biases, `prefix_j.bias`, concatenated likewise).
+    fn linears(&self, parts: &[(&str, usize)], inp: usize, bias: bool) -> Result<Linear> {
+        let total: usize = parts.iter().map(|&(_, out)| out).sum();
+        let mut t = vec![0f32; inp * total];
+        let mut b = Vec::with_capacity(total);
+        let mut at = 0;
+        for &(prefix, out) in parts {
+            let w = self.ck.f32(&format!("{prefix}.weight"), &[out, inp])?;
+            for o in 0..out {
+                for i in 0..inp {
+                    t[i * total + at + o] = w[o * inp + i];
+                }
             }
+            if bias {
+                b.extend(self.ck.f32(&format!("{prefix}.bias"), &[out])?);
+            }
+            at += out;
         }
         let b = if bias {
-            Some(self.vector(&format!("{prefix}.bias"), out)?)
+            Some(Tensor::from_slice(&b, &[total], self.dev)?)
         } else {
             None
         };
         Ok(Linear {
-            w: Tensor::from_slice(&t, &[inp, out], self.dev)?,
+            w: Tensor::from_slice(&t, &[inp, total], self.dev)?,
             b,
         })
     }
@@ -104,31 +124,30 @@ impl Llama {
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         for i in 0..c.num_hidden_layers {
             let p = format!("model.layers.{i}");
+            let (attn, mlp) = (format!("{p}.self_attn"), format!("{p}.mlp"));
+            let inter = c.intermediate_size;
             layers.push(Layer {
                 input_norm: l.vector(&format!("{p}.input_layernorm.weight"), h)?,
-                q: l.linear(&format!("{p}.self_attn.q_proj"), h, qd, c.qkv_bias)?,
-                k: l.linear(&format!("{p}.self_attn.k_proj"), h, kvd, c.qkv_bias)?,
-                v: l.linear(&format!("{p}.self_attn.v_proj"), h, kvd, c.qkv_bias)?,
-                o: l.linear(&format!("{p}.self_attn.o_proj"), qd, h, c.o_bias)?,
+                qkv: l.linears(
+                    &[
+                        (&format!("{attn}.q_proj"), qd),
+                        (&format!("{attn}.k_proj"), kvd),
+                        (&format!("{attn}.v_proj"), kvd),
+                    ],
+                    h,
+                    c.qkv_bias,
+                )?,
+                o: l.linear(&format!("{attn}.o_proj"), qd, h, c.o_bias)?,
                 post_norm: l.vector(&format!("{p}.post_attention_layernorm.weight"), h)?,
-                gate: l.linear(
-                    &format!("{p}.mlp.gate_proj"),
-                    h,
-                    c.intermediate_size,
-                    c.mlp_bias,
-                )?,
-                up: l.linear(
-                    &format!("{p}.mlp.up_proj"),
-                    h,
-                    c.intermediate_size,
-                    c.mlp_bias,
-                )?,
-                down: l.linear(
-                    &format!("{p}.mlp.down_proj"),
-                    c.intermediate_size,
+                gate_up: l.linears(
+                    &[
+                        (&format!("{mlp}.gate_proj"), inter),
+                        (&format!("{mlp}.up_proj"), inter),
+                    ],
                     h,
                     c.mlp_bias,
                 )?,
+                down: l.linear(&format!("{mlp}.down_proj"), inter, h, c.mlp_bias)?,
             });
         }
         let norm = l.vector("model.norm.weight", h)?;
@@ -233,9 +252,11 @@ impl Llama {
     /// The cache has a fixed capacity, and attention covers all of it with
     /// the positions not yet written masked out. A one-token step therefore
     /// has the same shapes at every position: the position reaches the
-    /// compiled code as lifted scalars, so a decode loop compiles its step
-    /// once. Writing a one-token step selects the new row into place; a
-    /// longer chunk (the prompt) is padded to the capacity.
+    /// compiled code as data (the write's start, the mask, the rotary
+    /// tables), so a decode loop compiles its step once. A chunk's keys and
+    /// values are written into the cache at its position with
+    /// `dynamic_update_slice`; each kv head's keys serve its query heads
+    /// directly, without being repeated per head.
     pub fn forward_cached(&self, ids: &[Vec<u32>], cache: &mut KvCache) -> Result<Tensor> {
         let c = &self.config;
         let (b, t) = self.check_ids(ids)?;
@@ -258,51 +279,50 @@ impl Llama {
         // [b, 1, t, cap]: keys a query must not see (later columns, columns
         // not yet written, padding).
         let masked = Tensor::from_slice(&cache.masked(t), &[b, 1, t, cap], dev)?;
-        // [cap, 1]: the row a one-token step writes.
-        let written = if t == 1 {
-            let keys = Tensor::arange(0.0, cap as f64, DType::I64, dev)?;
-            Some(keys.eq_scalar(pos0 as f64)?.unsqueeze(1)?)
-        } else {
-            None
-        };
+        // Where this chunk's keys and values go: a run-time start, so every
+        // position runs the same executable, and the write touches only the
+        // chunk's rows (in place when the old cache buffer is donated),
+        // where selecting the row into the whole cache would rewrite all of it.
+        let start = Tensor::from_slice(&[pos0 as i32], &[], dev)?;
         let place = |new: &Tensor, old: &Tensor| -> Result<Tensor> {
-            match &written {
-                Some(row) => Ok(row.where_cond(&new.broadcast_to(&[b, nkv, cap, hd])?, old)?),
-                None => {
-                    let mut parts = Vec::new();
-                    let before = (pos0 > 0).then(|| old.narrow(2, 0, pos0)).transpose()?;
-                    let after = (pos0 + t < cap)
-                        .then(|| old.narrow(2, pos0 + t, cap - pos0 - t))
-                        .transpose()?;
-                    parts.extend(before.as_ref());
-                    parts.push(new);
-                    parts.extend(after.as_ref());
-                    Ok(Tensor::cat(&parts, 2)?)
-                }
-            }
+            Ok(Tensor::apply_op(
+                lazyfuse::ir::Op::DynamicUpdateSlice { axis: 2 },
+                &[old, new, &start],
+            )?)
         };
         let scale = 1.0 / (hd as f64).sqrt();
         for (i, l) in self.layers.iter().enumerate() {
             let h = self.rms_norm(&x, &l.input_norm)?;
-            let heads = |lin: &Linear, n: usize| -> Result<Tensor> {
-                Ok(lin
-                    .forward(&h)?
+            let qkv = l.qkv.forward(&h)?;
+            let heads = |at: usize, n: usize| -> Result<Tensor> {
+                Ok(qkv
+                    .narrow(-1, at * hd, n * hd)?
                     .reshape(&[b, t, n, hd])?
                     .permute(&[0, 2, 1, 3])?)
             };
-            let q = Llama::rope(&heads(&l.q, nh)?, &cos, &sin)?;
-            let k_new = Llama::rope(&heads(&l.k, nkv)?, &cos, &sin)?;
-            let v_new = heads(&l.v, nkv)?;
+            let q = Llama::rope(&heads(0, nh)?, &cos, &sin)?;
+            let k_new = Llama::rope(&heads(nh, nkv)?, &cos, &sin)?;
+            let v_new = heads(nh + nkv, nkv)?;
             let (k_all, v_all) = cache.layer_mut(i);
             *k_all = place(&k_new, k_all)?;
             *v_all = place(&v_new, v_all)?;
-            let (k, v) = (repeat_kv(k_all, nh / nkv)?, repeat_kv(v_all, nh / nkv)?);
+            // Grouped-query attention without repeating the keys and values:
+            // the `rep` query heads of a kv head (heads `kv * rep + r`) are
+            // stacked as `rep * t` rows against that head's keys, so each
+            // cached key and value is read once and never copied.
+            let rep = nh / nkv;
+            let q = q.reshape(&[b, nkv, rep * t, hd])?;
+            let att = q.matmul(&k_all.transpose(-2, -1)?)?.mul_scalar(scale)?;
             // A finite fill: a padding query that sees nothing gets a uniform
             // (finite) row instead of NaN, which would reach real rows as 0 * NaN.
-            let att = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(scale)?;
-            let att = att.masked_fill(&masked, f32::MIN as f64)?.softmax(-1)?;
+            let att = att
+                .reshape(&[b, nkv, rep, t, cap])?
+                .masked_fill(&masked.unsqueeze(1)?, f32::MIN as f64)?
+                .softmax(-1)?
+                .reshape(&[b, nkv, rep * t, cap])?;
             let y = att
-                .matmul(&v)?
+                .matmul(v_all)?
+                .reshape(&[b, nh, t, hd])?
                 .permute(&[0, 2, 1, 3])?
                 .reshape(&[b, t, nh * hd])?;
             x = x.add(&l.o.forward(&y)?)?;
@@ -344,8 +364,10 @@ impl Llama {
     /// The residual SwiGLU block: `x + down(silu(gate(h)) * up(h))`, `h` the normed `x`.
     fn mlp(&self, x: &Tensor, l: &Layer) -> Result<Tensor> {
         let h = self.rms_norm(x, &l.post_norm)?;
-        let g = l.gate.forward(&h)?;
-        let act = g.mul(&g.sigmoid()?)?.mul(&l.up.forward(&h)?)?;
+        let inter = self.config.intermediate_size;
+        let gu = l.gate_up.forward(&h)?;
+        let (g, up) = (gu.narrow(-1, 0, inter)?, gu.narrow(-1, inter, inter)?);
+        let act = g.mul(&g.sigmoid()?)?.mul(&up)?;
         Ok(x.add(&l.down.forward(&act)?)?)
     }
 
@@ -356,16 +378,4 @@ impl Llama {
         let mut cache = self.new_cache(b, t)?;
         self.forward_cached(ids, &mut cache)
     }
-}
-
-/// `[b, kv, s, d]` keys or values repeated to `[b, kv * rep, s, d]` for
-/// grouped-query attention (each kv head serves `rep` query heads).
-fn repeat_kv(x: &Tensor, rep: usize) -> Result<Tensor> {
-    if rep == 1 {
-        return Ok(x.clone());
-    }
-    let d = x.dims().to_vec();
-    Ok(x.unsqueeze(2)?
-        .broadcast_to(&[d[0], d[1], rep, d[2], d[3]])?
-        .reshape(&[d[0], d[1] * rep, d[2], d[3]])?)
 }
