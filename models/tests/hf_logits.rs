@@ -167,25 +167,37 @@ fn greedy_tokens_match_transformers_and_decoding_compiles_once() {
         let got = model.generate_greedy(&prompt, want.len()).unwrap();
         assert_eq!(got, want, "{name}: greedy tokens differ from transformers'");
     }
-    // A long decode: after the first few tokens nothing compiles.
+    // A long decode: after the first few tokens nothing compiles. Fused,
+    // whatever TPU_FUSION says: unfused runs never donate.
+    let _fused = lazyfuse::FusionGuard::new(true);
     let model = Llama::load(dir("llama_gqa"), &dev).unwrap();
     let mut cache = model.new_cache(1, 140).unwrap();
     let mut logits = model
         .forward_cached(&[vec![3, 17, 101]], &mut cache)
         .unwrap();
     let mut compiles_after_warmup = 0;
+    let mut donated_after_warmup = 0;
     for step in 0..128 {
         let next = logits.argmax(-1, false).unwrap().to_vec::<i64>().unwrap();
-        let before = lazyfuse::metrics::snapshot().compiles;
+        let before = lazyfuse::metrics::snapshot();
         logits = model
             .forward_cached(&[vec![*next.last().unwrap() as u32]], &mut cache)
             .unwrap();
         logits.realize().unwrap();
         if step >= 3 {
-            compiles_after_warmup += lazyfuse::metrics::snapshot().compiles - before;
+            let after = lazyfuse::metrics::snapshot();
+            compiles_after_warmup += after.compiles - before.compiles;
+            donated_after_warmup += after.buffers_donated - before.buffers_donated;
         }
     }
     assert_eq!(compiles_after_warmup, 0, "decoding 128 tokens recompiled");
+    // The cache grows in place: every step's write of each layer's keys and
+    // values reuses the buffer of the cache it replaces.
+    let layers = model.config.num_hidden_layers as u64;
+    assert!(
+        donated_after_warmup >= 125 * 2 * layers,
+        "{donated_after_warmup} buffers donated over 125 steps of {layers} layers"
+    );
     assert_eq!(cache.len(), 131);
     let e = model.forward_cached(&[vec![1]; 1], &mut model.new_cache(1, 0).unwrap());
     assert!(e.is_err());
