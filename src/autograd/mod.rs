@@ -102,13 +102,12 @@ pub fn no_grad<R>(f: impl FnOnce() -> R) -> R {
 }
 
 fn meta(t: &Tensor) -> Option<&Meta> {
-    t.0.autograd.get().and_then(|m| m.downcast_ref::<Meta>())
+    t.0.autograd().and_then(|m| m.downcast_ref::<Meta>())
 }
 
 /// [`meta`] as a shared handle (the backward pass keys nodes by it).
 fn meta_arc(t: &Tensor) -> Option<Arc<Meta>> {
-    t.0.autograd
-        .get()
+    t.0.autograd()
         .cloned()
         .and_then(|m| m.downcast::<Meta>().ok())
 }
@@ -153,7 +152,7 @@ fn attach(op: Op, args: &[Arg<'_>], out: &Tensor, origin: &'static Location<'sta
         out: Arc::downgrade(&out.0),
         origin,
     };
-    let _ = out.0.autograd.set(Arc::new(Meta::Node(node)));
+    let _ = out.0.autograd_slot().set(Arc::new(Meta::Node(node)));
 }
 
 impl Tensor {
@@ -172,7 +171,7 @@ impl Tensor {
             ));
         }
         crate::tensor::install_tape(tape);
-        let m = self.0.autograd.get_or_init(|| {
+        let m = self.0.autograd_slot().get_or_init(|| {
             Arc::new(Meta::Leaf {
                 requires: AtomicBool::new(on),
                 grad: Mutex::new(None),

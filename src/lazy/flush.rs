@@ -62,7 +62,7 @@ impl ThreadGraph {
         let owners = std::mem::replace(&mut g.owners, Vec::with_capacity(n));
         let inputs = std::mem::replace(&mut g.inputs, Vec::with_capacity(m));
         g.leaves.clear();
-        g.gen += 1;
+        g.gen = super::graph::next_generation();
         let live: Vec<Live> = owners
             .iter()
             .enumerate()
@@ -128,7 +128,7 @@ impl ThreadGraph {
                 outputs.push((n, t));
                 continue;
             }
-            let site = match t.logical.get() {
+            let site = match t.logical() {
                 Some(l) => dynamic_site_of(graph.node(n), l.mask),
                 None => site_of(graph.node(n)),
             };

@@ -35,10 +35,10 @@ pub(crate) struct ThreadGraph {
     pub(super) predictor: Mutex<Predictor>,
 }
 
-#[derive(Default)]
 pub(super) struct GraphState {
     pub graph: Graph,
-    /// Bumped at every flush; a pending tensor records the generation of its node.
+    /// Renewed at every flush (from [`next_generation`], so no two graphs
+    /// ever share one); a pending tensor records the generation of its node.
     pub gen: u64,
     /// The tensor created for each node, if any (indexed by node index).
     pub owners: Vec<Weak<TensorInner>>,
@@ -54,7 +54,25 @@ pub(super) struct GraphState {
     pub recorded: u64,
 }
 
+/// A generation number no graph has had: see `TensorInner::birth_gen`.
+pub(super) fn next_generation() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 impl GraphState {
+    fn new() -> Self {
+        GraphState {
+            graph: Graph::default(),
+            gen: next_generation(),
+            owners: Vec::new(),
+            leaves: Default::default(),
+            inputs: Vec::new(),
+            fuse: false,
+            recorded: 0,
+        }
+    }
+
     /// Adds the ops recorded since the last call to the metrics.
     pub(super) fn count_recorded(&mut self) {
         metrics::add(&C.ops_recorded, std::mem::take(&mut self.recorded));
@@ -121,7 +139,7 @@ fn with_thread_graph<R>(
         let g = Arc::new(ThreadGraph {
             device: device.clone(),
             mesh: Mutex::new(mesh.cloned()),
-            state: Mutex::new(GraphState::default()),
+            state: Mutex::new(GraphState::new()),
             predictor: Mutex::new(Predictor::default()),
         });
         c.borrow_mut().push(g.clone());
@@ -185,8 +203,22 @@ pub(crate) fn record(
     let eager_flush = !fuse && !matches!(op, Op::Constant { .. });
     let mesh = inputs
         .iter()
-        .find_map(|a| a.operand().ok().and_then(|t| t.mesh.get()));
+        .find_map(|a| a.operand().ok().and_then(|t| t.mesh()));
     let (inner, flush) = with_thread_graph(device, mesh, |tg| -> Result<_> {
+        {
+            let mut g = tg.state.lock();
+            if let Some(ids) = quick_ids(&mut g, inputs, origin) {
+                return Ok(append(
+                    tg,
+                    g,
+                    op,
+                    &ids,
+                    (shape, dtype, origin),
+                    fuse,
+                    eager_flush,
+                ));
+            }
+        }
         loop {
             let mut resolved: SmallVec<[Resolved; 3]> = SmallVec::new();
             for a in inputs {
@@ -206,32 +238,15 @@ pub(crate) fn record(
             for r in resolved {
                 ids.push(g.node_for(r, origin));
             }
-            let id = g
-                .graph
-                .push_inferred(op, &ids, shape.clone(), dtype, origin);
-            let state = TensorState::Pending {
-                graph: tg.clone(),
-                node: id,
-                gen: g.gen,
-            };
-            let inner = Arc::new(TensorInner::new(shape, dtype, device, state));
-            let idx = id.index();
-            if g.owners.len() <= idx {
-                g.owners.resize(idx + 1, Weak::new());
-            }
-            g.owners[idx] = Arc::downgrade(&inner);
-            g.fuse = fuse;
-            g.recorded += 1;
-            let cap = g.graph.len() >= crate::config::max_pending_ops();
-            drop(g);
-            let flush = if eager_flush {
-                Some((FlushReason::Eager, tg.clone()))
-            } else if cap {
-                Some((FlushReason::GraphCap, tg.clone()))
-            } else {
-                None
-            };
-            return Ok((inner, flush));
+            return Ok(append(
+                tg,
+                g,
+                op,
+                &ids,
+                (shape, dtype, origin),
+                fuse,
+                eager_flush,
+            ));
         }
     })?;
     metrics::record_end(t_record);
@@ -239,6 +254,100 @@ pub(crate) fn record(
         tg.flush(reason);
     }
     Ok(inner)
+}
+
+/// What the caller of [`record`] flushes after it: the graph and why.
+type AfterRecord = Option<(FlushReason, Arc<ThreadGraph>)>;
+
+/// Appends `op` on nodes `ids` to the locked graph `g` of `tg` and makes
+/// its tensor (the shared tail of both recording paths).
+fn append(
+    tg: &Arc<ThreadGraph>,
+    mut g: parking_lot::MutexGuard<'_, GraphState>,
+    op: Op,
+    ids: &[NodeId],
+    (shape, dtype, origin): (Shape, DType, &'static Location<'static>),
+    fuse: bool,
+    eager_flush: bool,
+) -> (Arc<TensorInner>, AfterRecord) {
+    let id = g.graph.push_inferred(op, ids, shape.clone(), dtype, origin);
+    let state = TensorState::Pending {
+        graph: tg.clone(),
+        node: id,
+        gen: g.gen,
+    };
+    let inner = Arc::new(TensorInner::new(shape, dtype, &tg.device, state));
+    let (idx, owner) = (id.index(), Arc::downgrade(&inner));
+    // Nodes without a tensor (inputs, scalars) leave gaps.
+    if g.owners.len() < idx {
+        g.owners.resize(idx, Weak::new());
+    }
+    if g.owners.len() == idx {
+        g.owners.push(owner);
+    } else {
+        g.owners[idx] = owner;
+    }
+    g.fuse = fuse;
+    g.recorded += 1;
+    let cap = g.graph.len() >= crate::config::max_pending_ops();
+    drop(g);
+    let flush = if eager_flush {
+        Some((FlushReason::Eager, tg.clone()))
+    } else if cap {
+        Some((FlushReason::GraphCap, tg.clone()))
+    } else {
+        None
+    };
+    (inner, flush)
+}
+
+/// The operand nodes when every tensor operand is pending in this very
+/// generation of the graph (known from its birth, without locking it) or
+/// already on the device: the common case, which needs no lock but the
+/// graph's. `None` sends the caller down the general path.
+#[inline(always)]
+fn quick_ids(
+    g: &mut GraphState,
+    inputs: &[impl LazyArg],
+    origin: &'static Location<'static>,
+) -> Option<SmallVec<[NodeId; 3]>> {
+    // Checked before anything is added, so the general path starts from
+    // an untouched graph. A value on the device stays there (Ready is final).
+    let here = |t: &TensorInner, gen: u64| t.birth_gen == gen;
+    let quick = inputs.iter().all(|a| match a.operand() {
+        Err(_) => true,
+        Ok(t) => here(t, g.gen) || matches!(*t.state.lock(), TensorState::Ready(_)),
+    });
+    if !quick {
+        return None;
+    }
+    let mut ids: SmallVec<[NodeId; 3]> = SmallVec::new();
+    for a in inputs {
+        ids.push(match a.operand() {
+            Err((l, d)) => g.scalar_node(l, d, origin),
+            Ok(t) if here(t, g.gen) => {
+                t.mark_used();
+                t.birth_node
+            }
+            Ok(t) => {
+                t.mark_used();
+                let st = t.state.lock();
+                let TensorState::Ready(b) = &*st else {
+                    unreachable!("checked above");
+                };
+                let key = Arc::as_ptr(b) as usize;
+                match g.leaves.get(&key) {
+                    Some(&n) => n,
+                    None => {
+                        let (b, shape, dtype) = (b.clone(), b.shape.clone(), b.dtype);
+                        drop(st);
+                        g.leaf(key, shape, dtype, Input::Buffer(b), origin)
+                    }
+                }
+            }
+        });
+    }
+    Some(ids)
 }
 
 /// What an input value is from `tg`'s point of view, flushing other
@@ -251,7 +360,7 @@ fn resolve(t: &Arc<TensorInner>, tg: &Arc<ThreadGraph>) -> Result<Resolved> {
         match &*st {
             TensorState::Ready(b) => return Ok(Resolved::Buffer(b.clone())),
             TensorState::InFlight(_) => return Ok(Resolved::Future(t.clone())),
-            TensorState::Failed(e) => return Err(e.clone()),
+            TensorState::Failed(e) => return Err((**e).clone()),
             TensorState::Pending { graph, node, gen } => {
                 if Arc::ptr_eq(graph, tg) {
                     let r = Resolved::Node(*node, *gen);
@@ -272,6 +381,26 @@ fn resolve(t: &Arc<TensorInner>, tg: &Arc<ThreadGraph>) -> Result<Resolved> {
                 other.flush_for(FlushReason::CrossThread, std::slice::from_ref(t));
             }
         }
+    }
+}
+
+impl ThreadGraph {
+    /// Drops this graph's weak reference to the dying value `t`, recorded
+    /// as `node` of generation `gen` (see `TensorInner`'s `Drop`). Never
+    /// waits: a graph locked elsewhere keeps the reference until its flush.
+    pub(super) fn release_owner(&self, node: NodeId, gen: u64, t: *const TensorInner) {
+        let Some(mut g) = self.state.try_lock() else {
+            return;
+        };
+        if g.gen != gen {
+            return;
+        }
+        let released = match g.owners.get_mut(node.index()) {
+            Some(w) if std::ptr::eq(w.as_ptr(), t) => std::mem::take(w),
+            _ => return,
+        };
+        drop(g);
+        drop(released);
     }
 }
 
@@ -300,16 +429,7 @@ impl GraphState {
                 self.recorded += 1;
                 return self.graph.push_inferred(op, &[], shape, dtype, origin);
             }
-            Resolved::Scalar(value, dtype) => {
-                let shape = Shape::scalar();
-                let op = Op::Constant {
-                    value,
-                    shape: shape.clone(),
-                    dtype,
-                };
-                self.recorded += 1;
-                return self.graph.push_inferred(op, &[], shape, dtype, origin);
-            }
+            Resolved::Scalar(value, dtype) => return self.scalar_node(value, dtype, origin),
             Resolved::Buffer(b) => (
                 Arc::as_ptr(&b) as usize,
                 (b.shape.clone(), b.dtype),
@@ -322,6 +442,23 @@ impl GraphState {
             ),
         };
         self.leaf(key, shape, dtype, input, origin)
+    }
+
+    /// A host scalar recorded as a rank-0 constant.
+    fn scalar_node(
+        &mut self,
+        value: Literal,
+        dtype: DType,
+        origin: &'static Location<'static>,
+    ) -> NodeId {
+        let op = Op::Constant {
+            value,
+            shape: Shape::scalar(),
+            dtype,
+        };
+        self.recorded += 1;
+        self.graph
+            .push_inferred(op, &[], Shape::scalar(), dtype, origin)
     }
 
     /// The input node of the outside value `input` (address `key`), added

@@ -7,25 +7,42 @@ use crate::metrics::FlushReason;
 use crate::runtime::DeviceBuffer;
 use crate::{Device, Error, Result};
 use lazyfuse_ir::{DType, NodeId, Shape};
+use once_cell::race::OnceBox;
 use parking_lot::Mutex;
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 
-/// [`TensorInner::flags`]: left out of a flush and kept pending.
+/// [`Extras::flags`]: left out of a flush and kept pending.
 const RETAINED: u8 = 1;
 
-/// What a tensor handle points at: its type, its device, where its value
-/// is, and one slot for the autograd layer above (type-erased, so this
-/// layer does not name it).
+/// What a tensor handle points at: its type, its device and where its
+/// value is, with everything rarer (autograd, prediction, dynamic axes,
+/// meshes) behind one pointer allocated on first use. Recording makes one
+/// of these per op, so it is kept small enough for the allocator's
+/// cheapest size classes.
 pub(crate) struct TensorInner {
     pub shape: Shape,
     pub dtype: DType,
     pub device: Device,
     pub state: Mutex<TensorState>,
-    /// Set only for tensors that take part in differentiation (so untracked
-    /// tensors pay one empty `OnceLock`).
-    pub autograd: OnceLock<Arc<dyn Any + Send + Sync>>,
+    /// The graph generation the value was recorded in (0 for one that was
+    /// never pending), with [`TensorInner::birth_node`]. Generations are
+    /// unique across graphs and every state change of a pending value
+    /// happens under its graph's lock with a new generation, so a recorder
+    /// holding that lock whose generation is still this knows the value is
+    /// that node without locking the value: the recording fast path.
+    pub birth_gen: u64,
+    /// The node the value was recorded as (see [`TensorInner::birth_gen`]).
+    pub birth_node: NodeId,
+    extras: OnceBox<Extras>,
+}
+
+/// The parts of a tensor most tensors never use.
+#[derive(Default)]
+struct Extras {
+    /// Set only for tensors that take part in differentiation.
+    autograd: OnceLock<Arc<dyn Any + Send + Sync>>,
     /// Output-prediction bookkeeping ([`RETAINED`]).
     flags: AtomicU8,
     /// Set when the program reads or uses the value, once a flush computed
@@ -37,11 +54,11 @@ pub(crate) struct TensorInner {
     /// Set for a tensor with dynamic axes: `shape` is then the padded
     /// (capacity) shape of the buffer and graph node, and this the shape
     /// the program sees.
-    pub logical: OnceLock<Box<Logical>>,
+    logical: OnceLock<Logical>,
     /// The device mesh the value lives on, for a sharded tensor and every
     /// value recorded from one (so mixing two meshes is an `Err` at the op
     /// that does it, not at the sync point).
-    pub mesh: OnceLock<crate::spmd::Mesh>,
+    mesh: OnceLock<crate::spmd::Mesh>,
 }
 
 /// The logical view of a padded value: which axes are dynamic, their
@@ -69,24 +86,67 @@ pub(crate) enum TensorState {
     /// Materialised on the device.
     Ready(Arc<DeviceBuffer>),
     /// Its computation failed; reading it returns this error.
-    Failed(Error),
+    Failed(Box<Error>),
 }
 
 impl TensorInner {
     /// A tensor in `state`.
     pub(crate) fn new(shape: Shape, dtype: DType, device: &Device, state: TensorState) -> Self {
+        let (birth_gen, birth_node) = match &state {
+            TensorState::Pending { node, gen, .. } => (*gen, *node),
+            _ => (0, NodeId::new(0)),
+        };
         TensorInner {
             shape,
             dtype,
             device: device.clone(),
             state: Mutex::new(state),
-            autograd: OnceLock::new(),
-            flags: AtomicU8::new(0),
-            mesh: OnceLock::new(),
-            used: OnceLock::new(),
-            site: AtomicU64::new(0),
-            logical: OnceLock::new(),
+            birth_gen,
+            birth_node,
+            extras: OnceBox::new(),
         }
+    }
+
+    fn extras(&self) -> &Extras {
+        self.extras.get_or_init(Default::default)
+    }
+
+    /// False for the common value with no autograd state, dynamic axes,
+    /// mesh or prediction bookkeeping (one load: lets an op skip looking
+    /// for each).
+    #[inline]
+    pub(crate) fn has_extras(&self) -> bool {
+        self.extras.get().is_some()
+    }
+
+    /// The autograd layer's state, if the value takes part in differentiation.
+    pub(crate) fn autograd(&self) -> Option<&Arc<dyn Any + Send + Sync>> {
+        self.extras.get()?.autograd.get()
+    }
+
+    /// Where the autograd layer keeps its state for this value.
+    pub(crate) fn autograd_slot(&self) -> &OnceLock<Arc<dyn Any + Send + Sync>> {
+        &self.extras().autograd
+    }
+
+    /// The logical view, for a value with dynamic axes.
+    pub(crate) fn logical(&self) -> Option<&Logical> {
+        self.extras.get()?.logical.get()
+    }
+
+    /// Gives the value dynamic axes (once; later calls are ignored).
+    pub(crate) fn set_logical(&self, l: Logical) {
+        let _ = self.extras().logical.set(l);
+    }
+
+    /// The device mesh the value lives on, if any.
+    pub(crate) fn mesh(&self) -> Option<&crate::spmd::Mesh> {
+        self.extras.get()?.mesh.get()
+    }
+
+    /// Places the value on a mesh (once; later calls are ignored).
+    pub(crate) fn set_mesh(&self, m: crate::spmd::Mesh) {
+        let _ = self.extras().mesh.set(m);
     }
 
     /// A tensor whose value is already on `device`.
@@ -95,7 +155,7 @@ impl TensorInner {
         let mesh = buf.sharding().map(|s| s.mesh().clone());
         let t = TensorInner::new(shape, dtype, device, TensorState::Ready(buf));
         if let Some(m) = mesh {
-            let _ = t.mesh.set(m);
+            t.set_mesh(m);
         }
         Arc::new(t)
     }
@@ -103,7 +163,7 @@ impl TensorInner {
     /// Notes that the program read or used this value.
     #[inline]
     pub(crate) fn mark_used(&self) {
-        if let Some(u) = self.used.get() {
+        if let Some(u) = self.extras.get().and_then(|e| e.used.get()) {
             u.store(true, Relaxed);
         }
     }
@@ -111,26 +171,28 @@ impl TensorInner {
     /// A fresh "used" cell for watching this value: false until the program
     /// reads or uses it.
     pub(crate) fn watch_cell(&self) -> Arc<AtomicBool> {
-        let u = self.used.get_or_init(Default::default).clone();
+        let u = self.extras().used.get_or_init(Default::default).clone();
         u.store(false, Relaxed);
         u
     }
 
     /// Marks the value as left out of a flush (kept pending), from `site`.
     pub(crate) fn set_retained(&self, site: u64) {
-        self.site.store(site, Relaxed);
-        self.flags.fetch_or(RETAINED, Relaxed);
+        let e = self.extras();
+        e.site.store(site, Relaxed);
+        e.flags.fetch_or(RETAINED, Relaxed);
     }
 
     /// If the value was left out, clears that and returns its site: it is
     /// being computed after all (a recompute).
     #[inline]
     pub(crate) fn take_retained(&self) -> Option<u64> {
-        if self.flags.load(Relaxed) & RETAINED == 0 {
+        let e = self.extras.get()?;
+        if e.flags.load(Relaxed) & RETAINED == 0 {
             return None;
         }
-        let was = self.flags.fetch_and(!RETAINED, Relaxed);
-        (was & RETAINED != 0).then(|| self.site.load(Relaxed))
+        let was = e.flags.fetch_and(!RETAINED, Relaxed);
+        (was & RETAINED != 0).then(|| e.site.load(Relaxed))
     }
 
     /// The device buffer if the value is already materialised (no flush).
@@ -166,7 +228,7 @@ impl TensorInner {
             let st = self.state.lock();
             match &*st {
                 TensorState::Ready(b) => return Ok(b.clone()),
-                TensorState::Failed(e) => return Err(e.clone()),
+                TensorState::Failed(e) => return Err((**e).clone()),
                 TensorState::Pending { graph, .. } => {
                     let graph = graph.clone();
                     drop(st);
@@ -182,6 +244,20 @@ impl TensorInner {
     }
 }
 
+impl Drop for TensorInner {
+    /// A pending value that dies gives up its graph's weak reference to it
+    /// at once, so its memory is freed now rather than at the next flush
+    /// (a loop that records and drops values reuses the same few blocks).
+    /// Skipped when the graph is busy (held by a flush, possibly on this
+    /// thread): the flush then frees it, as it would anyway.
+    fn drop(&mut self) {
+        let me = self as *const TensorInner;
+        if let TensorState::Pending { graph, node, gen } = self.state.get_mut() {
+            graph.release_owner(*node, *gen, me);
+        }
+    }
+}
+
 impl Slot for TensorInner {
     fn start(&self, latch: &Arc<Latch>) {
         *self.state.lock() = TensorState::InFlight(latch.clone());
@@ -192,7 +268,7 @@ impl Slot for TensorInner {
         if matches!(*st, TensorState::InFlight(_)) {
             *st = match value {
                 Ok(b) => TensorState::Ready(b),
-                Err(e) => TensorState::Failed(e),
+                Err(e) => TensorState::Failed(Box::new(e)),
             };
         }
     }
@@ -202,7 +278,7 @@ impl Slot for TensorInner {
             let st = self.state.lock();
             match &*st {
                 TensorState::Ready(b) => return Ok(b.clone()),
-                TensorState::Failed(e) => return Err(e.clone()),
+                TensorState::Failed(e) => return Err((**e).clone()),
                 // Queued jobs run in order, so the producer has finished
                 // unless jobs run on their flushing threads (launch
                 // blocking), where it started earlier on another thread and
@@ -246,4 +322,15 @@ pub(crate) fn materialize_all(ts: &[Arc<TensorInner>], reason: FlushReason) -> R
         }
     }
     first
+}
+
+#[cfg(test)]
+mod tests {
+    /// Recording allocates and moves one `TensorInner` per op (in an `Arc`,
+    /// 16 bytes more): keep the pair within a 128-byte allocator chunk, as
+    /// small as the value's hot fields allow (rare ones live in `Extras`).
+    #[test]
+    fn a_tensor_fits_the_allocators_fast_size_class() {
+        assert!(std::mem::size_of::<super::TensorInner>() + 16 <= 120);
+    }
 }

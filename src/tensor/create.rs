@@ -69,11 +69,11 @@ impl Tensor {
             .collect();
         let padded = super::dynamic::pad_host(&host, &caps);
         let t = Tensor::from_host(&padded, device)?;
-        let _ = t.0.logical.set(Box::new(crate::lazy::Logical {
+        t.0.set_logical(crate::lazy::Logical {
             shape: host.shape.clone(),
             mask,
             limit: Shape(smallvec::SmallVec::from_elem(0, host.shape.rank())),
-        }));
+        });
         Ok(t)
     }
 

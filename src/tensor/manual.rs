@@ -109,7 +109,7 @@ impl Mesh {
         for (x, spec) in inputs {
             let axes = spec_axes(self, spec).map_err(|m| fail(m, x.describe()))?;
             crate::spmd::Sharding::new(self, x.shape(), spec).map_err(|m| fail(m, x.describe()))?;
-            let placed = if x.0.mesh.get() == Some(self) {
+            let placed = if x.0.mesh() == Some(self) {
                 x.with_sharding_constraint(self, spec)?
             } else {
                 x.shard(self, spec)?

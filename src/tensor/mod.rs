@@ -62,7 +62,7 @@ impl Tensor {
     /// The dimensions (for a tensor with dynamic axes, their lengths: the
     /// logical shape, never the padded capacity).
     pub fn shape(&self) -> &Shape {
-        match self.0.logical.get() {
+        match self.0.logical() {
             Some(l) => &l.shape,
             None => &self.0.shape,
         }
@@ -206,10 +206,16 @@ impl Tensor {
         loc: &'static Location<'static>,
     ) -> Result<Tensor> {
         let scalar = Shape::scalar();
+        // One pass over the operands; `plain` (no operand has dynamic
+        // axes, a mesh or autograd state) skips the checks below.
         let mut operands: SmallVec<[(&Shape, DType); 3]> = SmallVec::new();
+        let mut plain = true;
         for a in args {
             operands.push(match a {
-                Arg::T(t) => (&t.0.shape, t.0.dtype),
+                Arg::T(t) => {
+                    plain &= !t.0.has_extras();
+                    (t.shape(), t.0.dtype)
+                }
                 Arg::Scalar(_, d) => (&scalar, *d),
             });
         }
@@ -223,18 +229,10 @@ impl Tensor {
                 .join(", ")
         };
         let name = op.name();
-        let dynamic = args
-            .iter()
-            .any(|a| matches!(a, Arg::T(t) if t.0.logical.get().is_some()));
-        if dynamic {
-            operands.clear();
-            for a in args {
-                operands.push(match a {
-                    Arg::T(t) => (t.shape(), t.0.dtype),
-                    Arg::Scalar(_, d) => (&scalar, *d),
-                });
-            }
-        }
+        let dynamic = !plain
+            && args
+                .iter()
+                .any(|a| matches!(a, Arg::T(t) if t.0.logical().is_some()));
         let (shape, dtype) =
             lazyfuse_ir::infer(&op, &operands).map_err(|e| Error::op(name, e, describe(), loc))?;
         drop(operands);
@@ -260,8 +258,8 @@ impl Tensor {
             ));
         }
         let mut mesh: Option<&crate::spmd::Mesh> = None;
-        for t in args.iter().filter_map(|a| match a {
-            Arg::T(t) => t.0.mesh.get(),
+        for t in args.iter().filter(|_| !plain).filter_map(|a| match a {
+            Arg::T(t) => t.0.mesh(),
             Arg::Scalar(..) => None,
         }) {
             match mesh {
@@ -281,8 +279,10 @@ impl Tensor {
         }
         let mesh = mesh.cloned();
         let tape = TAPE.get().filter(|_| {
-            args.iter()
-                .any(|a| matches!(a, Arg::T(t) if t.0.autograd.get().is_some()))
+            !plain
+                && args
+                    .iter()
+                    .any(|a| matches!(a, Arg::T(t) if t.0.autograd().is_some()))
         });
         let track = tape.map(|h| (*h, op.clone()));
         let out = if dynamic || site != (0, false) {
@@ -291,7 +291,7 @@ impl Tensor {
             Tensor(crate::lazy::record(device, op, args, shape, dtype, loc)?)
         };
         if let Some(m) = mesh {
-            let _ = out.0.mesh.set(m);
+            out.0.set_mesh(m);
         }
         if let Some((hook, op)) = track {
             hook(op, args, &out, loc);
@@ -304,7 +304,7 @@ impl Tensor {
     /// is an identity node recorded past the tape, which costs nothing once
     /// fused. (`detach` is this, for users.)
     pub(crate) fn stop_gradient(&self, loc: &'static Location<'static>) -> Result<Tensor> {
-        if self.0.autograd.get().is_none() {
+        if self.0.autograd().is_none() {
             return Ok(self.clone());
         }
         if let Some(buf) = self.ready_buffer() {
@@ -319,11 +319,11 @@ impl Tensor {
             self.dtype(),
             loc,
         )?;
-        if let Some(l) = self.0.logical.get() {
-            let _ = inner.logical.set(l.clone());
+        if let Some(l) = self.0.logical() {
+            inner.set_logical(l.clone());
         }
-        if let Some(m) = self.0.mesh.get() {
-            let _ = inner.mesh.set(m.clone());
+        if let Some(m) = self.0.mesh() {
+            inner.set_mesh(m.clone());
         }
         Ok(Tensor(inner))
     }

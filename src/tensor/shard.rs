@@ -27,7 +27,7 @@ impl Tensor {
         let fail = |m: String| Error::op("shard", m, self.describe(), at);
         self.on_client_of(mesh).map_err(fail)?;
         let sharding = Sharding::new(mesh, self.shape(), spec).map_err(fail)?;
-        if self.0.logical.get().is_none() {
+        if self.0.logical().is_none() {
             // Already on this mesh: moved on the devices.
             let buf = self.materialize(FlushReason::Realize)?;
             if let Some(moved) = self.device().rt.reshard(&buf, &sharding) {
@@ -67,7 +67,7 @@ impl Tensor {
         let at = Location::caller();
         let fail = |m: String| Error::op("with_sharding_constraint", m, self.describe(), at);
         self.on_client_of(mesh).map_err(fail)?;
-        if let Some(other) = self.0.mesh.get().filter(|m| *m != mesh) {
+        if let Some(other) = self.0.mesh().filter(|m| *m != mesh) {
             return Err(fail(format!(
                 "the tensor is on the mesh {other}, not {mesh}: move it with Tensor::shard"
             )));

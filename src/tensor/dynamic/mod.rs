@@ -73,7 +73,7 @@ pub(super) struct V {
 impl V {
     /// The view of a tensor (static tensors: logical = padded, no mask).
     pub fn of(t: &Tensor) -> V {
-        match t.0.logical.get() {
+        match t.0.logical() {
             Some(l) => V {
                 t: t.0.clone(),
                 shape: l.shape.clone(),
@@ -113,11 +113,11 @@ impl V {
     /// one and has no dynamic axis is an ordinary tensor.
     pub fn into_tensor(self) -> Tensor {
         if self.mask != 0 || self.t.shape != self.shape {
-            let _ = self.t.logical.set(Box::new(Logical {
+            self.t.set_logical(Logical {
                 shape: self.shape,
                 mask: self.mask,
                 limit: self.limit,
-            }));
+            });
         }
         Tensor(self.t)
     }
@@ -202,7 +202,7 @@ pub(super) fn fill(dtype: DType, salt: usize) -> Literal {
 impl Tensor {
     /// The logical view, for tensors with dynamic axes.
     pub(crate) fn logical(&self) -> Option<&Logical> {
-        self.0.logical.get().map(|b| &**b)
+        self.0.logical()
     }
 
     /// The dynamic axes and their capacities (empty for a static tensor).
