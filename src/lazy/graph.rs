@@ -484,3 +484,41 @@ impl GraphState {
         n
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{Device, FusionGuard, Tensor};
+
+    /// The owner slots of this thread's graph for `dev` that still hold
+    /// a value's memory (a live value, or a dead one not yet released).
+    fn held_slots(dev: &Device) -> usize {
+        super::with_thread_graph(dev, None, |g| {
+            let g = g.state.lock();
+            let released = std::sync::Weak::<super::TensorInner>::new();
+            g.owners
+                .iter()
+                .filter(|w| !std::ptr::eq(w.as_ptr(), released.as_ptr()))
+                .count()
+        })
+    }
+
+    /// A pending value that dies gives its memory back at once, not at the
+    /// next flush; one still alive keeps its slot, and its value is right.
+    #[test]
+    fn a_dead_pending_value_is_released_before_the_flush() {
+        let dev = Device::interpreter();
+        let _fused = FusionGuard::new(true);
+        crate::sync();
+        let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], &dev).unwrap();
+        let mut acc = x.add(&x).unwrap();
+        for _ in 0..10 {
+            acc = acc.mul_scalar(2.0).unwrap();
+        }
+        // Only `acc` is alive: the ten values before it were released.
+        assert_eq!(held_slots(&dev), 1);
+        let kept = acc.tanh().unwrap();
+        assert_eq!(held_slots(&dev), 2);
+        assert_eq!(acc.to_vec::<f32>().unwrap(), vec![2048.0, 4096.0, 6144.0]);
+        assert_eq!(kept.to_vec::<f32>().unwrap(), vec![1.0, 1.0, 1.0]);
+    }
+}
