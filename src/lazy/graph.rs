@@ -205,55 +205,64 @@ pub(crate) fn record(
         .iter()
         .find_map(|a| a.operand().ok().and_then(|t| t.mesh()));
     let (inner, flush) = with_thread_graph(device, mesh, |tg| -> Result<_> {
-        {
-            let mut g = tg.state.lock();
-            if let Some(ids) = quick_ids(&mut g, inputs, origin) {
-                return Ok(append(
-                    tg,
-                    g,
-                    op,
-                    &ids,
-                    (shape, dtype, origin),
-                    fuse,
-                    eager_flush,
-                ));
-            }
-        }
-        loop {
-            let mut resolved: SmallVec<[Resolved; 3]> = SmallVec::new();
-            for a in inputs {
-                resolved.push(match a.operand() {
-                    Ok(t) => resolve(t, tg)?,
-                    Err((l, d)) => Resolved::Scalar(l, d),
-                });
-            }
-            let mut g = tg.state.lock();
-            if resolved
-                .iter()
-                .any(|r| matches!(r, Resolved::Node(_, gen) if *gen != g.gen))
-            {
-                continue; // our graph was flushed meanwhile: inputs are materialised now
-            }
-            let mut ids: SmallVec<[NodeId; 3]> = SmallVec::new();
-            for r in resolved {
-                ids.push(g.node_for(r, origin));
-            }
-            return Ok(append(
-                tg,
-                g,
-                op,
-                &ids,
-                (shape, dtype, origin),
-                fuse,
-                eager_flush,
-            ));
-        }
+        let (g, ids) = operand_ids(tg, inputs, origin)?;
+        Ok(append(
+            tg,
+            g,
+            op,
+            &ids,
+            (shape, dtype, origin),
+            fuse,
+            eager_flush,
+        ))
     })?;
     metrics::record_end(t_record);
     if let Some((reason, tg)) = flush {
         tg.flush(reason);
     }
     Ok(inner)
+}
+
+/// The graph of `tg`, locked, and the nodes of `inputs` in it: by the
+/// fast path when it applies ([`quick_ids`]), else by resolving each
+/// operand (which may flush another graph that holds one) and retrying
+/// if this graph was flushed meanwhile.
+#[inline(always)]
+fn operand_ids<'g>(
+    tg: &'g Arc<ThreadGraph>,
+    inputs: &[impl LazyArg],
+    origin: &'static Location<'static>,
+) -> Result<(
+    parking_lot::MutexGuard<'g, GraphState>,
+    SmallVec<[NodeId; 3]>,
+)> {
+    {
+        let mut g = tg.state.lock();
+        if let Some(ids) = quick_ids(&mut g, inputs, origin) {
+            return Ok((g, ids));
+        }
+    }
+    loop {
+        let mut resolved: SmallVec<[Resolved; 3]> = SmallVec::new();
+        for a in inputs {
+            resolved.push(match a.operand() {
+                Ok(t) => resolve(t, tg)?,
+                Err((l, d)) => Resolved::Scalar(l, d),
+            });
+        }
+        let mut g = tg.state.lock();
+        if resolved
+            .iter()
+            .any(|r| matches!(r, Resolved::Node(_, gen) if *gen != g.gen))
+        {
+            continue; // our graph was flushed meanwhile: inputs are materialised now
+        }
+        let mut ids: SmallVec<[NodeId; 3]> = SmallVec::new();
+        for r in resolved {
+            ids.push(g.node_for(r, origin));
+        }
+        return Ok((g, ids));
+    }
 }
 
 /// What the caller of [`record`] flushes after it: the graph and why.
