@@ -209,13 +209,15 @@ impl Tensor {
         // One pass over the operands; `plain` (no operand has dynamic
         // axes, a mesh or autograd state) skips the checks below.
         let mut operands: SmallVec<[(&Shape, DType); 3]> = SmallVec::new();
-        let mut plain = true;
+        let (mut plain, mut dynamic) = (true, false);
         for a in args {
             operands.push(match a {
-                Arg::T(t) => {
-                    plain &= !t.0.has_extras();
+                Arg::T(t) if t.0.has_extras() => {
+                    plain = false;
+                    dynamic |= t.0.logical().is_some();
                     (t.shape(), t.0.dtype)
                 }
+                Arg::T(t) => (&t.0.shape, t.0.dtype),
                 Arg::Scalar(_, d) => (&scalar, *d),
             });
         }
@@ -229,10 +231,6 @@ impl Tensor {
                 .join(", ")
         };
         let name = op.name();
-        let dynamic = !plain
-            && args
-                .iter()
-                .any(|a| matches!(a, Arg::T(t) if t.0.logical().is_some()));
         let (shape, dtype) =
             lazyfuse_ir::infer(&op, &operands).map_err(|e| Error::op(name, e, describe(), loc))?;
         drop(operands);
@@ -258,7 +256,8 @@ impl Tensor {
             ));
         }
         let mut mesh: Option<&crate::spmd::Mesh> = None;
-        for t in args.iter().filter(|_| !plain).filter_map(|a| match a {
+        let meshes = args.iter().filter(|_| !plain);
+        for t in meshes.filter_map(|a| match a {
             Arg::T(t) => t.0.mesh(),
             Arg::Scalar(..) => None,
         }) {
