@@ -47,8 +47,17 @@ pub fn stable_hasher() -> ahash::AHasher {
 /// The structural hash of a node from its parts (a liftable scalar's value
 /// left out: see [`Node::hash`]).
 pub fn node_hash(op: &Op, input_hashes: &[u64], shape: &Shape, dtype: DType) -> u64 {
+    let lifted = op.is_liftable_scalar();
+    if lifted && input_hashes.is_empty() && shape.rank() == 0 {
+        return lifted_scalar_hash(dtype);
+    }
+    hash_parts(lifted, op, input_hashes, shape, dtype)
+}
+
+/// [`node_hash`] computed in full.
+fn hash_parts(lifted: bool, op: &Op, input_hashes: &[u64], shape: &Shape, dtype: DType) -> u64 {
     let mut h = stable_hasher();
-    if op.is_liftable_scalar() {
+    if lifted {
         LIFTED_SCALAR.hash(&mut h);
     } else {
         op.hash(&mut h);
@@ -57,6 +66,29 @@ pub fn node_hash(op: &Op, input_hashes: &[u64], shape: &Shape, dtype: DType) -> 
     shape.hash(&mut h);
     dtype.hash(&mut h);
     h.finish()
+}
+
+/// The hash of a lifted rank-0 scalar, which depends on its dtype alone:
+/// every `x * 0.5` records one, so it is computed once per dtype and
+/// remembered (0 = not yet; a hash that is 0 is merely recomputed).
+fn lifted_scalar_hash(dtype: DType) -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const NONE: AtomicU64 = AtomicU64::new(0);
+    static MEMO: [AtomicU64; DType::ALL.len()] = [NONE; DType::ALL.len()];
+    let slot = &MEMO[dtype as usize];
+    match slot.load(Ordering::Relaxed) {
+        0 => {
+            let op = Op::Constant {
+                value: crate::Literal::Float(0.5),
+                shape: Shape::scalar(),
+                dtype,
+            };
+            let h = hash_parts(true, &op, &[], &Shape::scalar(), dtype);
+            slot.store(h, Ordering::Relaxed);
+            h
+        }
+        h => h,
+    }
 }
 
 /// Stands in for a liftable scalar's op in structural hashes.
@@ -113,6 +145,8 @@ impl Graph {
     }
 
     /// Appends a node whose type was already inferred by the caller.
+    /// Inlined across the crate boundary: it is the recording hot path.
+    #[inline]
     pub fn push_inferred(
         &mut self,
         op: Op,
@@ -203,5 +237,79 @@ impl Graph {
     pub fn clear(&mut self) {
         self.g.clear();
         self.structure = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{BinaryOp, Literal};
+
+    #[test]
+    fn a_remembered_lifted_scalar_hash_is_the_computed_one() {
+        for dtype in DType::ALL {
+            let scalar = |value| Op::Constant {
+                value,
+                shape: Shape::scalar(),
+                dtype,
+            };
+            let dim = scalar(Literal::Dim(7));
+            let want = hash_parts(true, &dim, &[], &Shape::scalar(), dtype);
+            // Computed on first use, remembered after: the same either way.
+            for _ in 0..2 {
+                assert_eq!(node_hash(&dim, &[], &Shape::scalar(), dtype), want);
+            }
+            if dtype.is_float() {
+                // The value never enters the hash of a lifted scalar.
+                let a = node_hash(&scalar(Literal::Float(0.25)), &[], &Shape::scalar(), dtype);
+                let b = node_hash(&scalar(Literal::Float(3.0)), &[], &Shape::scalar(), dtype);
+                assert_eq!((a, b), (want, want));
+            }
+        }
+        // Baked-in constants and other dtypes hash apart.
+        let one = Op::Constant {
+            value: Literal::Float(1.0),
+            shape: Shape::scalar(),
+            dtype: DType::F32,
+        };
+        assert!(!one.is_liftable_scalar());
+        let f32_lifted = lifted_scalar_hash(DType::F32);
+        assert_ne!(
+            node_hash(&one, &[], &Shape::scalar(), DType::F32),
+            f32_lifted
+        );
+        assert_ne!(lifted_scalar_hash(DType::F64), f32_lifted);
+    }
+
+    #[test]
+    fn a_graph_records_scalar_operands_with_either_side_broadcast() {
+        let mut g = Graph::new();
+        let here = Location::caller();
+        let x = g
+            .push(
+                Op::Input {
+                    shape: Shape::from(&[2, 3][..]),
+                    dtype: DType::F32,
+                },
+                &[],
+                here,
+            )
+            .unwrap();
+        let c = g
+            .push(
+                Op::Constant {
+                    value: Literal::Float(0.5),
+                    shape: Shape::scalar(),
+                    dtype: DType::F32,
+                },
+                &[],
+                here,
+            )
+            .unwrap();
+        let mul = Op::Binary(BinaryOp::Mul);
+        let xc = g.push(mul.clone(), &[x, c], here).unwrap();
+        let cx = g.push(mul, &[c, x], here).unwrap();
+        assert_eq!(g.node(xc).shape, Shape::from(&[2, 3][..]));
+        assert_eq!(g.node(cx).shape, Shape::from(&[2, 3][..]));
     }
 }

@@ -462,7 +462,10 @@ fn check_axes_sorted(axes: &Axes, rank: usize) -> Result<(), InferError> {
     Ok(())
 }
 
-fn check_literal(v: Literal, d: DType) -> Result<(), InferError> {
+/// Whether the literal `v` is representable in `d` (what inference checks
+/// for a constant), for callers that validate a host scalar before it is
+/// recorded.
+pub fn check_literal(v: Literal, d: DType) -> Result<(), InferError> {
     match (v, d) {
         (Literal::Float(f), d) if d.is_int() && (f.fract() != 0.0 || !f.is_finite()) => {
             err(format!("value {f} is not representable as {d}"))
@@ -494,8 +497,12 @@ fn int_range(d: DType) -> (i128, i128) {
 
 fn broadcast2(inputs: &[Operand<'_>]) -> Result<Shape, InferError> {
     let (a, b) = (inputs[0].0, inputs[1].0);
-    if a == b {
+    // Equal shapes and a rank-0 operand (`x * 0.5`) are the common cases.
+    if a == b || b.rank() == 0 {
         return Ok(a.clone());
+    }
+    if a.rank() == 0 {
+        return Ok(b.clone());
     }
     Shape::broadcast(a, b)
         .ok_or_else(|| InferError(format!("shapes {a} and {b} cannot be broadcast together")))

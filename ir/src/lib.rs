@@ -26,7 +26,9 @@ pub mod testutil;
 pub use dtype::{DType, Element};
 pub use graph::{node_hash, stable_hasher, Graph, Inputs, Node, NodeId};
 pub use host::HostTensor;
-pub use infer::{infer, normalize_axes, normalize_axis, reduced_shape, InferError, Operand};
+pub use infer::{
+    check_literal, infer, normalize_axes, normalize_axis, reduced_shape, InferError, Operand,
+};
 pub use op::{Axes, BinaryOp, CmpOp, Literal, Op, ReduceOp, SplitAxes, UnaryOp};
 pub use rng::{splitmix64, SplitMix64};
 pub use shape::Shape;

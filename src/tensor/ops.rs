@@ -178,12 +178,7 @@ impl Tensor {
         loc: &'static Location<'static>,
     ) -> Result<Arg<'static>> {
         let value = literal_for(v, self.dtype());
-        let c = Op::Constant {
-            value,
-            shape: Shape::scalar(),
-            dtype: self.dtype(),
-        };
-        lazyfuse_ir::infer(&c, &[])
+        lazyfuse_ir::check_literal(value, self.dtype())
             .map_err(|e| Error::op(op, e, format!("{}, {v}", self.describe()), loc))?;
         Ok(Arg::Scalar(value, self.dtype()))
     }
