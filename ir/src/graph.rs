@@ -73,8 +73,7 @@ fn hash_parts(lifted: bool, op: &Op, input_hashes: &[u64], shape: &Shape, dtype:
 /// remembered (0 = not yet; a hash that is 0 is merely recomputed).
 fn lifted_scalar_hash(dtype: DType) -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
-    const NONE: AtomicU64 = AtomicU64::new(0);
-    static MEMO: [AtomicU64; DType::ALL.len()] = [NONE; DType::ALL.len()];
+    static MEMO: [AtomicU64; DType::ALL.len()] = [const { AtomicU64::new(0) }; DType::ALL.len()];
     let slot = &MEMO[dtype as usize];
     match slot.load(Ordering::Relaxed) {
         0 => {
