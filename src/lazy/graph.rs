@@ -205,13 +205,16 @@ pub(crate) fn record(
         .iter()
         .find_map(|a| a.operand().ok().and_then(|t| t.mesh()));
     let (inner, flush) = with_thread_graph(device, mesh, |tg| -> Result<_> {
-        let (g, ids) = operand_ids(tg, inputs, origin)?;
+        // Filled in place: moving the ids through the fast path's return
+        // values cost store-forwarding stalls on every op.
+        let mut ids: SmallVec<[NodeId; 3]> = SmallVec::new();
+        let g = operand_ids(tg, inputs, origin, &mut ids)?;
         Ok(append(
             tg,
             g,
             op,
             &ids,
-            (shape, dtype, origin),
+            (&shape, dtype, origin),
             fuse,
             eager_flush,
         ))
@@ -223,23 +226,22 @@ pub(crate) fn record(
     Ok(inner)
 }
 
-/// The graph of `tg`, locked, and the nodes of `inputs` in it: by the
-/// fast path when it applies ([`quick_ids`]), else by resolving each
-/// operand (which may flush another graph that holds one) and retrying
-/// if this graph was flushed meanwhile.
+/// The graph of `tg`, locked, with the nodes of `inputs` in it written to
+/// `ids` (empty on entry): by the fast path when it applies
+/// ([`quick_ids`]), else by resolving each operand (which may flush
+/// another graph that holds one) and retrying if this graph was flushed
+/// meanwhile.
 #[inline(always)]
 fn operand_ids<'g>(
     tg: &'g Arc<ThreadGraph>,
     inputs: &[impl LazyArg],
     origin: &'static Location<'static>,
-) -> Result<(
-    parking_lot::MutexGuard<'g, GraphState>,
-    SmallVec<[NodeId; 3]>,
-)> {
+    ids: &mut SmallVec<[NodeId; 3]>,
+) -> Result<parking_lot::MutexGuard<'g, GraphState>> {
     {
         let mut g = tg.state.lock();
-        if let Some(ids) = quick_ids(&mut g, inputs, origin) {
-            return Ok((g, ids));
+        if quick_ids(&mut g, inputs, origin, ids) {
+            return Ok(g);
         }
     }
     loop {
@@ -257,11 +259,10 @@ fn operand_ids<'g>(
         {
             continue; // our graph was flushed meanwhile: inputs are materialised now
         }
-        let mut ids: SmallVec<[NodeId; 3]> = SmallVec::new();
         for r in resolved {
             ids.push(g.node_for(r, origin));
         }
-        return Ok((g, ids));
+        return Ok(g);
     }
 }
 
@@ -269,13 +270,16 @@ fn operand_ids<'g>(
 type AfterRecord = Option<(FlushReason, Arc<ThreadGraph>)>;
 
 /// Appends `op` on nodes `ids` to the locked graph `g` of `tg` and makes
-/// its tensor (the shared tail of both recording paths).
+/// its tensor (the shared tail of both recording paths). Inlined, and the
+/// shape borrowed until its two copies are made: moving these values
+/// through calls cost store-forwarding stalls on every op.
+#[inline(always)]
 fn append(
     tg: &Arc<ThreadGraph>,
     mut g: parking_lot::MutexGuard<'_, GraphState>,
     op: Op,
     ids: &[NodeId],
-    (shape, dtype, origin): (Shape, DType, &'static Location<'static>),
+    (shape, dtype, origin): (&Shape, DType, &'static Location<'static>),
     fuse: bool,
     eager_flush: bool,
 ) -> (Arc<TensorInner>, AfterRecord) {
@@ -285,7 +289,7 @@ fn append(
         node: id,
         gen: g.gen,
     };
-    let inner = Arc::new(TensorInner::new(shape, dtype, &tg.device, state));
+    let inner = Arc::new(TensorInner::new(shape.clone(), dtype, &tg.device, state));
     let (idx, owner) = (id.index(), Arc::downgrade(&inner));
     // Nodes without a tensor (inputs, scalars) leave gaps.
     if g.owners.len() < idx {
@@ -310,16 +314,18 @@ fn append(
     (inner, flush)
 }
 
-/// The operand nodes when every tensor operand is pending in this very
-/// generation of the graph (known from its birth, without locking it) or
-/// already on the device: the common case, which needs no lock but the
-/// graph's. `None` sends the caller down the general path.
+/// Writes the operand nodes to `ids` when every tensor operand is pending
+/// in this very generation of the graph (known from its birth, without
+/// locking it) or already on the device: the common case, which needs no
+/// lock but the graph's. `false` (nothing written, nothing added) sends
+/// the caller down the general path.
 #[inline(always)]
 fn quick_ids(
     g: &mut GraphState,
     inputs: &[impl LazyArg],
     origin: &'static Location<'static>,
-) -> Option<SmallVec<[NodeId; 3]>> {
+    ids: &mut SmallVec<[NodeId; 3]>,
+) -> bool {
     // Checked before anything is added, so the general path starts from
     // an untouched graph. A value on the device stays there (Ready is final).
     let here = |t: &TensorInner, gen: u64| t.birth_gen == gen;
@@ -328,9 +334,8 @@ fn quick_ids(
         Ok(t) => here(t, g.gen) || matches!(*t.state.lock(), TensorState::Ready(_)),
     });
     if !quick {
-        return None;
+        return false;
     }
-    let mut ids: SmallVec<[NodeId; 3]> = SmallVec::new();
     for a in inputs {
         ids.push(match a.operand() {
             Err((l, d)) => g.scalar_node(l, d, origin),
@@ -356,7 +361,7 @@ fn quick_ids(
             }
         });
     }
-    Some(ids)
+    true
 }
 
 /// What an input value is from `tg`'s point of view, flushing other
