@@ -144,8 +144,6 @@ impl Graph {
     }
 
     /// Appends a node whose type was already inferred by the caller.
-    /// Inlined across the crate boundary: it is the recording hot path.
-    #[inline]
     pub fn push_inferred(
         &mut self,
         op: Op,
