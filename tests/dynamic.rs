@@ -334,6 +334,30 @@ fn a_sole_length_stays_static() {
     }
 }
 
+/// A length whose own bucket is cold at its site runs in the next bucket
+/// up when that one is warm (8 after 9: capacity 16, no new executable),
+/// and in its own bucket otherwise (3, with 4 and 8 cold). Every length
+/// gives what exact shapes give.
+fn a_shorter_length_shares_the_warm_bucket_above() {
+    let d = dev();
+    let w = Tensor::from_slice(&values(20, 9), &[5, 4], &d).unwrap();
+    for (step, (len, cap)) in [(20, 0), (9, 16), (8, 16), (3, 4), (4, 4), (12, 16)]
+        .into_iter()
+        .enumerate()
+    {
+        let data = values(3 * len * 5, 60 + step as u64);
+        let x = Tensor::from_slice(&data, &[3, len, 5], &d).unwrap();
+        let want = if cap == 0 { vec![] } else { vec![(1, cap)] };
+        assert_eq!(x.dynamic_axes(), want, "step {step}, length {len}");
+        assert_eq!(x.dims(), vec![3, len, 5]);
+        let exact = set_auto_dynamic_off(|| Tensor::from_slice(&data, &[3, len, 5], &d).unwrap());
+        for ((name, g), (_, e)) in along_axis(&x, &w).iter().zip(&along_axis(&exact, &w)) {
+            assert_close(&format!("{name} at length {len}"), g, e, 2e-6);
+        }
+        lazyfuse::sync();
+    }
+}
+
 /// `f` with automatic dynamic axes off on this thread.
 fn set_auto_dynamic_off<R>(f: impl FnOnce() -> R) -> R {
     set_auto_dynamic(false);
@@ -344,6 +368,7 @@ fn set_auto_dynamic_off<R>(f: impl FnOnce() -> R) -> R {
 
 test_device!(
     a_sole_length_stays_static,
+    a_shorter_length_shares_the_warm_bucket_above,
     a_cat_of_steady_length_stays_exact,
     two_threads_make_the_same_decisions,
     cached_block_decoding_matches_the_full_forward,

@@ -207,6 +207,36 @@ fn batch_sizes_compile_once_per_bucket() {
     }
 }
 
+/// Prompts that come down from longer ones (8 tokens after 9..=32) run in
+/// the warm bucket above their own: the generation compiles nothing, and
+/// its greedy tokens and logits equal exact shapes.
+#[test]
+fn a_shorter_prompt_compiles_nothing_in_the_warm_bucket_above() {
+    let _m = metrics_lock();
+    let d = dev();
+    let dec = Decoder::new(&d);
+    let lens = [9usize, 12, 17, 24, 32, 10];
+    for _ in 0..3 {
+        for &l in &lens {
+            dec.generate(&prompt(l), 4);
+        }
+    }
+    let before = compiles();
+    let (toks, logits) = dec.generate(&prompt(8), 4);
+    assert_eq!(
+        compiles() - before,
+        0,
+        "a prompt of 8 after 9..=32 compiled"
+    );
+    set_auto_dynamic(false);
+    let (exact_toks, exact_logits) = dec.generate(&prompt(8), 4);
+    set_auto_dynamic(true);
+    assert_eq!(toks, exact_toks, "greedy tokens equal exact shapes");
+    for (a, b) in logits.iter().flatten().zip(exact_logits.iter().flatten()) {
+        assert!((a - b).abs() <= 1e-5 * (1.0 + a.abs()), "{a} vs {b}");
+    }
+}
+
 #[test]
 fn mark_dynamic_compiles_each_executable_once() {
     let _l = metrics_lock();

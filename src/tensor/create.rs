@@ -65,7 +65,11 @@ impl Tensor {
         // capacity, so what the program does with it compiles once per bucket.
         let caps: Vec<(usize, usize)> = (0..host.shape.rank())
             .filter(|a| mask & (1 << a) != 0)
-            .map(|a| (a, super::dynamic::bucket(host.shape.dims()[a])))
+            .map(|a| {
+                let len = host.shape.dims()[a];
+                let kind = super::dynamic::sites::Kind::Upload;
+                (a, super::dynamic::sites::capacity(loc, kind, a, len))
+            })
             .collect();
         let padded = super::dynamic::pad_host(&host, &caps);
         let t = Tensor::from_host(&padded, device)?;

@@ -16,8 +16,9 @@
 //!   would merge it with others cannot be exact and is an `Err`.
 
 use super::pad::{mask, pad_to};
+use super::sites::{capacity, Kind};
 use super::slice::{cat, narrow};
-use super::{bucket, dim, Ctx, P, V};
+use super::{dim, Ctx, P, V};
 use crate::tensor::{Arg, Tensor};
 use crate::{Device, Result};
 use lazyfuse_ir::{BinaryOp, DType, Literal, Op, ReduceOp, Shape};
@@ -167,10 +168,14 @@ pub(crate) fn nullary(
         loc,
         name: op.name(),
     };
+    let kind = match &op {
+        Op::Arange { .. } => Kind::Arange,
+        _ => Kind::Full,
+    };
     let mut cap = shape.clone();
     for (a, d) in cap.0.iter_mut().enumerate() {
         if site_mask & (1 << a) != 0 {
-            *d = bucket(*d);
+            *d = capacity(loc, kind, a, *d);
         }
     }
     let op = match op {
@@ -305,7 +310,7 @@ fn broadcast(ctx: &Ctx<'_>, x: &V, r: &Shape, site: u32) -> Result<V> {
     let mut axes = result_axes(&[x], r, 0);
     for (a, ax) in axes.iter_mut().enumerate() {
         if ax.is_none() && site & (1 << a) != 0 {
-            *ax = Some((bucket(r.dims()[a]), 0));
+            *ax = Some((capacity(ctx.loc, Kind::Broadcast, a, r.dims()[a]), 0));
         }
     }
     let t = align(ctx, x, r, &axes, 0)?;

@@ -50,6 +50,9 @@ struct Site {
     mask: u32,
     /// The start is marked run-time.
     runtime_start: bool,
+    /// The capacities this site has given each dynamic axis (axis,
+    /// capacity): its warm buckets.
+    warm: Vec<(usize, usize)>,
 }
 
 thread_local! {
@@ -140,18 +143,62 @@ fn sole_length_axes(dims: &[usize]) -> u32 {
         .fold(0, |m, (a, _)| m | (1 << a))
 }
 
-/// What the site of `op` (recorded at `loc`, logical result `shape`) has
-/// learnt, for the ops that can start a dynamic axis; nothing for the rest.
-pub(crate) fn for_op(op: &Op, shape: &Shape, loc: &'static Location<'static>) -> (u32, bool) {
-    let (kind, start) = match op {
+/// The capacity of a length `len` on dynamic `axis` of the result of the
+/// site (`loc`, `kind`): its bucket, unless that bucket is cold at this
+/// site and the next bucket up is warm, which it then shares. A loop whose
+/// lengths came down from longer ones (prompts of 9..32 tokens, then one
+/// of 8) so runs the executables it already has instead of compiling a
+/// smaller bucket (at most twice the padding of its own bucket). Warm
+/// buckets are per site and thread, like the marks, so the choice depends
+/// only on the program's own order of calls.
+pub(crate) fn capacity(
+    loc: &'static Location<'static>,
+    kind: Kind,
+    axis: usize,
+    len: usize,
+) -> usize {
+    let own = super::bucket(len);
+    if !crate::config::auto_dynamic() {
+        return own;
+    }
+    let key = (loc as *const Location<'static> as usize, kind);
+    SITES.with(|s| {
+        let mut s = s.borrow_mut();
+        let site = s.entry(key).or_default();
+        let is_warm = |c: usize| site.warm.contains(&(axis, c));
+        let up = super::bucket(own + 1);
+        let cap = if !is_warm(own) && is_warm(up) {
+            up
+        } else {
+            own
+        };
+        if !is_warm(cap) {
+            site.warm.push((axis, cap));
+        }
+        cap
+    })
+}
+
+/// The site kind of `op` and its start, for the ops that can start a
+/// dynamic axis (`shape`: the op's logical result).
+pub(crate) fn kind_of(op: &Op, shape: &Shape) -> Option<(Kind, usize)> {
+    Some(match op {
         Op::Concat { .. } => (Kind::Cat, 0),
         Op::Slice { start, .. } => (Kind::Narrow, *start),
         Op::BroadcastTo(_) => (Kind::Broadcast, 0),
         Op::Arange { .. } => (Kind::Arange, 0),
         Op::Constant { .. } if shape.rank() > 0 => (Kind::Full, 0),
-        _ => return (0, false),
-    };
-    observe(loc, kind, shape.dims(), start)
+        _ => return None,
+    })
+}
+
+/// What the site of `op` (recorded at `loc`, logical result `shape`) has
+/// learnt, for the ops that can start a dynamic axis; nothing for the rest.
+pub(crate) fn for_op(op: &Op, shape: &Shape, loc: &'static Location<'static>) -> (u32, bool) {
+    match kind_of(op, shape) {
+        Some((kind, start)) => observe(loc, kind, shape.dims(), start),
+        None => (0, false),
+    }
 }
 
 /// Forgets what this thread's sites learnt (tests that need a fresh start).

@@ -3,7 +3,8 @@
 
 use super::ops::result;
 use super::pad::pad_to;
-use super::{bucket, dim, Ctx, P, V};
+use super::sites::{capacity, Kind};
+use super::{dim, Ctx, P, V};
 use crate::Result;
 use lazyfuse_ir::{Op, Shape};
 
@@ -34,7 +35,11 @@ pub(super) fn narrow(
         out.t = ctx.rec(Op::Slice { axis, start, len }, &[P::T(x.t.clone())])?;
         return Ok(out);
     }
-    let size = if dyn_len { bucket(len) } else { len };
+    let size = if dyn_len {
+        capacity(ctx.loc, Kind::Narrow, axis, len)
+    } else {
+        len
+    };
     let mut t = x.t.clone();
     if dyn_len {
         let grown = x.cap(axis) + size;
@@ -102,7 +107,7 @@ pub(super) fn cat(ctx: &Ctx<'_>, vs: &[&V], axis: usize, r: &Shape, site: u32) -
         }
         limit
     } else {
-        bucket(total)
+        capacity(ctx.loc, Kind::Cat, axis, total)
     };
     // Room past the capacity for the padding of later operands, so no
     // write runs off the end (XLA would move it back by clamping). A
