@@ -17,7 +17,9 @@ use super::error::{Error, Result};
 use super::executable::LoadedExecutable;
 use super::inner::ClientInner;
 use super::named::CreateOption;
-use super::options::{compile_options_bytes_with, spmd_compile_options_bytes, CompileOverride};
+use super::options::{
+    compile_options_bytes_with, platform_overrides, spmd_compile_options_bytes, CompileOverride,
+};
 use super::sys;
 use super::PjrtStruct;
 
@@ -54,7 +56,8 @@ impl Client {
 
     /// Creates a client on `plugin` with the create options `options`
     /// (names and types as the plugin reads them) and compiles with
-    /// lazyfuse's compile options plus `compile` (see
+    /// lazyfuse's compile options, those of its platform
+    /// (`platform_overrides`), and `compile` (see
     /// [`super::compile_options_bytes_with`]).
     pub fn with_options(
         plugin: Arc<Plugin>,
@@ -75,11 +78,17 @@ impl Client {
         compile: &[CompileOverride],
         kv: Option<Arc<dyn super::KeyValueStore>>,
     ) -> Result<Client> {
-        Ok(Client {
+        let mut client = Client {
             inner: ClientInner::create(plugin, options, kv)?,
-            compile_options: compile_options_bytes_with(compile),
-            compile_extra: compile.to_vec(),
-        })
+            compile_options: Vec::new(),
+            compile_extra: Vec::new(),
+        };
+        // The platform's own additions first, so the caller's win.
+        let mut extra = platform_overrides(&client.platform_name()?);
+        extra.extend_from_slice(compile);
+        client.compile_options = compile_options_bytes_with(&extra);
+        client.compile_extra = extra;
+        Ok(client)
     }
 
     /// The serialized compile options this client compiles with, so caches

@@ -32,6 +32,17 @@
 //!   (`lazyfuse_ir::interp::scalar_constant`), because LLVM folds what it
 //!   sees inside a fused kernel as well
 //!   (`tests/ieee.rs::subnormal_constants_are_zeros_for_the_compiler_too`).
+//! - On XLA's CPU backend only ([`platform_overrides`]), also
+//!   `tree_reduction_rewriter`: it turns every reduction of more than 32
+//!   elements into a `reduce-window` of 32-element windows and a second
+//!   reduce, and XLA fuses no producer into that `reduce-window`, so a
+//!   layer norm's `(x - mean)^2` is written out in full and read back, and
+//!   each row reduction runs as two kernels. Without it a row reduction is
+//!   one loop that computes its operand in place (`layernorm_gelu` ~25 %
+//!   faster). The pass was there for the accuracy of long sums; lowering
+//!   splits a sum of more than 65,536 elements in two stages itself
+//!   (`src/lower/contract.rs`), so long sums keep their accuracy. Not on
+//!   GPUs, whose reduction emitters rely on it.
 //! - `xla_cpu_enable_fast_min_max` off: on by default, `max`/`min` then
 //!   drop a NaN depending on operand order; off, they propagate it.
 //! - With `LAZYFUSE_STRICT_FP=1`, `xla_cpu_max_isa = "AVX"`: fused loops
@@ -156,6 +167,23 @@ pub(crate) fn compile_options() -> CompileOptionsProto {
     }
 }
 
+/// XLA's passes lazyfuse turns off on every platform (see the module doc).
+const DISABLED_PASSES: &str = "algsimp,constant_folding";
+
+/// The debug options lazyfuse adds for a client of `platform` (its
+/// `PJRT_Client_PlatformName`): on `cpu`, XLA's tree reduction rewriter is
+/// also off (see the module doc). A client's own additions go on top.
+pub(crate) fn platform_overrides(platform: &str) -> Vec<CompileOverride> {
+    if platform.eq_ignore_ascii_case("cpu") {
+        vec![CompileOverride::Str(
+            "xla_disable_hlo_passes".into(),
+            format!("{DISABLED_PASSES},tree_reduction_rewriter"),
+        )]
+    } else {
+        Vec::new()
+    }
+}
+
 /// The debug options lazyfuse overrides (see the module doc).
 fn overrides(strict_fp: bool) -> BTreeMap<String, OptionOverrideProto> {
     let set = |v: OptionValue| OptionOverrideProto { value: Some(v) };
@@ -166,7 +194,7 @@ fn overrides(strict_fp: bool) -> BTreeMap<String, OptionOverrideProto> {
         ),
         (
             "xla_disable_hlo_passes".to_string(),
-            set(OptionValue::String("algsimp,constant_folding".into())),
+            set(OptionValue::String(DISABLED_PASSES.into())),
         ),
         (
             "xla_cpu_enable_fast_min_max".to_string(),
@@ -273,5 +301,23 @@ mod tests {
             entry(b"xla_cpu_max_isa", &avx);
         }
         assert_eq!(compile_options_bytes(), want);
+    }
+
+    #[test]
+    fn the_cpu_platform_also_disables_the_tree_reduction_rewriter() {
+        let cpu = compile_options_bytes_with(&platform_overrides("cpu"));
+        let o = CompileOptionsProto::decode(cpu.as_slice()).unwrap();
+        let passes = &o.env_option_overrides["xla_disable_hlo_passes"];
+        assert_eq!(
+            passes.value,
+            Some(OptionValue::String(
+                "algsimp,constant_folding,tree_reduction_rewriter".into()
+            ))
+        );
+        assert!(platform_overrides("cuda").is_empty());
+        assert_eq!(
+            compile_options_bytes_with(&platform_overrides("cuda")),
+            compile_options_bytes()
+        );
     }
 }
