@@ -40,7 +40,7 @@
 //!   each row reduction runs as two kernels. Without it a row reduction is
 //!   one loop that computes its operand in place (`layernorm_gelu` ~25 %
 //!   faster). The pass was there for the accuracy of long sums; lowering
-//!   splits a sum of more than 65,536 elements in two stages itself
+//!   sums more than 65,536 elements in stages of 1,024 itself
 //!   (`src/lower/contract.rs`), so long sums keep their accuracy. Not on
 //!   GPUs, whose reduction emitters rely on it.
 //! - `xla_cpu_enable_fast_min_max` off: on by default, `max`/`min` then

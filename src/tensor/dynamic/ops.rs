@@ -168,10 +168,7 @@ pub(crate) fn nullary(
         loc,
         name: op.name(),
     };
-    let kind = match &op {
-        Op::Arange { .. } => Kind::Arange,
-        _ => Kind::Full,
-    };
+    let kind = super::sites::kind_of(&op, &shape).map_or(Kind::Full, |(k, _)| k);
     let mut cap = shape.clone();
     for (a, d) in cap.0.iter_mut().enumerate() {
         if site_mask & (1 << a) != 0 {
