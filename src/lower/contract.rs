@@ -61,7 +61,10 @@ fn reduce_body(
     let count: usize = axes.iter().map(|&a| in_shape.dims()[a]).product();
     let contiguous = axes.windows(2).all(|w| w[1] == w[0] + 1);
     let long_sum = matches!(op, ReduceOp::Sum | ReduceOp::Mean) && acc.is_float();
-    let r = if long_sum && count > SPLIT_SUM && contiguous {
+    // Not in SPMD programs: reshaping a sharded axis into stages before
+    // partitioning makes XLA gather it; there XLA's own tree reduction
+    // rewriter runs on each device's share (`src/pjrt/options.rs`).
+    let r = if long_sum && count > SPLIT_SUM && contiguous && !e.spmd {
         staged_sum(e, &xin, in_shape, axes, acc)
     } else {
         one_reduce(e, op, &xin, in_shape, axes, acc, plain)

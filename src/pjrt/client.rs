@@ -33,9 +33,10 @@ pub struct Client {
     inner: Arc<ClientInner>,
     /// The serialized `CompileOptionsProto` every compile sends.
     compile_options: Vec<u8>,
-    /// The debug options added to every compile (kept for SPMD compiles,
-    /// whose options are built per device set).
-    compile_extra: Vec<CompileOverride>,
+    /// The debug options added to every SPMD compile (whose options are
+    /// built per device set): the platform's for SPMD programs
+    /// ([`platform_overrides`]), then the caller's.
+    spmd_extra: Vec<CompileOverride>,
 }
 
 impl std::fmt::Debug for Client {
@@ -57,7 +58,7 @@ impl Client {
     /// Creates a client on `plugin` with the create options `options`
     /// (names and types as the plugin reads them) and compiles with
     /// lazyfuse's compile options, those of its platform
-    /// (`platform_overrides`), and `compile` (see
+    /// ([`platform_overrides`]), and `compile` (see
     /// [`super::compile_options_bytes_with`]).
     pub fn with_options(
         plugin: Arc<Plugin>,
@@ -81,13 +82,17 @@ impl Client {
         let mut client = Client {
             inner: ClientInner::create(plugin, options, kv)?,
             compile_options: Vec::new(),
-            compile_extra: Vec::new(),
+            spmd_extra: Vec::new(),
         };
         // The platform's own additions first, so the caller's win.
-        let mut extra = platform_overrides(&client.platform_name()?);
-        extra.extend_from_slice(compile);
-        client.compile_options = compile_options_bytes_with(&extra);
-        client.compile_extra = extra;
+        let platform = client.platform_name()?;
+        let with_caller = |mut extra: Vec<CompileOverride>| {
+            extra.extend_from_slice(compile);
+            extra
+        };
+        client.compile_options =
+            compile_options_bytes_with(&with_caller(platform_overrides(&platform, false)));
+        client.spmd_extra = with_caller(platform_overrides(&platform, true));
         Ok(client)
     }
 
@@ -140,7 +145,7 @@ impl Client {
             .iter()
             .map(|&d| self.inner.device_id(d, "PJRT_Client_Compile"))
             .collect::<Result<Vec<i64>>>()?;
-        Ok(spmd_compile_options_bytes(&ids, &self.compile_extra))
+        Ok(spmd_compile_options_bytes(&ids, &self.spmd_extra))
     }
 
     /// Compiles a StableHLO module with Shardy sharding attributes (an
