@@ -90,6 +90,24 @@ fn lifted_scalar_hash(dtype: DType) -> u64 {
     }
 }
 
+/// `ids` as a node's operand list. Up to three are copied through a
+/// fixed-size buffer: `from_slice` calls the C library's `memcpy` for a
+/// copy of variable length, on every recorded op.
+#[inline]
+fn inputs_of(ids: &[NodeId]) -> Inputs {
+    let n = ids.len();
+    if n > 3 {
+        return Inputs::from_slice(ids);
+    }
+    let mut buf = [NodeId::new(0); 3];
+    for (i, b) in buf.iter_mut().enumerate() {
+        if i < n {
+            *b = ids[i];
+        }
+    }
+    Inputs::from_buf_and_len(buf, n)
+}
+
 /// Stands in for a liftable scalar's op in structural hashes.
 const LIFTED_SCALAR: u64 = 0x6c69_6674_6564_5f73;
 
@@ -170,7 +188,7 @@ impl Graph {
         self.structure = roll;
         self.g.push(Node {
             op,
-            inputs: Inputs::from_slice(inputs),
+            inputs: inputs_of(inputs),
             shape,
             dtype,
             hash,
@@ -241,6 +259,16 @@ impl Graph {
 mod tests {
     use super::*;
     use crate::{BinaryOp, Literal};
+
+    /// Operand lists of every length keep their ids in order (up to three
+    /// through the fixed buffer, more spilled).
+    #[test]
+    fn operand_lists_keep_their_ids_at_every_length() {
+        for n in 0..=5 {
+            let ids: Vec<NodeId> = (0..n).map(|i| NodeId::new(7 * i + 1)).collect();
+            assert_eq!(&inputs_of(&ids)[..], &ids[..]);
+        }
+    }
 
     #[test]
     fn a_remembered_lifted_scalar_hash_is_the_computed_one() {

@@ -204,11 +204,15 @@ pub(crate) fn record(
     let mesh = inputs
         .iter()
         .find_map(|a| a.operand().ok().and_then(|t| t.mesh()));
+    // The op is borrowed into the closure and moved out inside it: captured
+    // by value it made the closure too large to move without a `memcpy` call.
+    let mut op = Some(op);
     let (inner, flush) = with_thread_graph(device, mesh, |tg| -> Result<_> {
         // Filled in place: moving the ids through the fast path's return
         // values cost store-forwarding stalls on every op.
         let mut ids: SmallVec<[NodeId; 3]> = SmallVec::new();
         let g = operand_ids(tg, inputs, origin, &mut ids)?;
+        let op = op.take().expect("the closure runs once");
         Ok(append(
             tg,
             g,
