@@ -90,22 +90,11 @@ fn lifted_scalar_hash(dtype: DType) -> u64 {
     }
 }
 
-/// `ids` as a node's operand list. Up to three are copied through a
-/// fixed-size buffer: `from_slice` calls the C library's `memcpy` for a
-/// copy of variable length, on every recorded op.
+/// `ids` as a node's operand list (up to three copied inline, see
+/// [`crate::shape::copy_inline`]).
 #[inline]
 fn inputs_of(ids: &[NodeId]) -> Inputs {
-    let n = ids.len();
-    if n > 3 {
-        return Inputs::from_slice(ids);
-    }
-    let mut buf = [NodeId::new(0); 3];
-    for (i, b) in buf.iter_mut().enumerate() {
-        if i < n {
-            *b = ids[i];
-        }
-    }
-    Inputs::from_buf_and_len(buf, n)
+    crate::shape::copy_inline(ids, NodeId::new(0))
 }
 
 /// Stands in for a liftable scalar's op in structural hashes.

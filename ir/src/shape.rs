@@ -15,18 +15,27 @@ impl Clone for Shape {
     /// element, both measurable on the recording hot path (two clones per op).
     #[inline]
     fn clone(&self) -> Self {
-        let (dims, n) = (&self.0[..], self.0.len());
-        if n > 4 {
-            return Shape(SmallVec::from_slice(dims));
-        }
-        let mut buf = [0usize; 4];
-        for (i, b) in buf.iter_mut().enumerate() {
-            if i < n {
-                *b = dims[i];
-            }
-        }
-        Shape(SmallVec::from_buf_and_len(buf, n))
+        Shape(copy_inline(&self.0, 0))
     }
+}
+
+/// `src` as a small vector: when it fits inline, copied through a
+/// fixed-size buffer (the unused slots hold `fill`), since a copy of
+/// variable length calls the C library's `memcpy`; on the recording hot
+/// path (shapes and operand lists of every op).
+#[inline]
+pub(crate) fn copy_inline<T: Copy, const N: usize>(src: &[T], fill: T) -> SmallVec<[T; N]> {
+    let n = src.len();
+    if n > N {
+        return SmallVec::from_slice(src);
+    }
+    let mut buf = [fill; N];
+    for (i, b) in buf.iter_mut().enumerate() {
+        if i < n {
+            *b = src[i];
+        }
+    }
+    SmallVec::from_buf_and_len(buf, n)
 }
 
 impl Shape {
