@@ -54,7 +54,7 @@ pub(super) struct GraphState {
     pub recorded: u64,
 }
 
-/// A generation number no graph has had: see `TensorInner::birth_gen`.
+/// A generation number no graph has had: see `TensorInner::node_of`.
 pub(super) fn next_generation() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -319,10 +319,11 @@ fn append(
 }
 
 /// Writes the operand nodes to `ids` when every tensor operand is pending
-/// in this very generation of the graph (known from its birth, without
-/// locking it) or already on the device: the common case, which needs no
-/// lock but the graph's. `false` (nothing written, nothing added) sends
-/// the caller down the general path.
+/// in this very generation of the graph or already on the device: the
+/// common case. A value recorded in this generation, or on the device and
+/// entered in it before, is known without locking it
+/// (`TensorInner::node_in`). `false` (nothing written, nothing added)
+/// sends the caller down the general path.
 #[inline(always)]
 fn quick_ids(
     g: &mut GraphState,
@@ -332,10 +333,9 @@ fn quick_ids(
 ) -> bool {
     // Checked before anything is added, so the general path starts from
     // an untouched graph. A value on the device stays there (Ready is final).
-    let here = |t: &TensorInner, gen: u64| t.birth_gen == gen;
     let quick = inputs.iter().all(|a| match a.operand() {
         Err(_) => true,
-        Ok(t) => here(t, g.gen) || matches!(*t.state.lock(), TensorState::Ready(_)),
+        Ok(t) => t.node_in(g.gen).is_some() || matches!(*t.state.lock(), TensorState::Ready(_)),
     });
     if !quick {
         return false;
@@ -343,24 +343,28 @@ fn quick_ids(
     for a in inputs {
         ids.push(match a.operand() {
             Err((l, d)) => g.scalar_node(l, d, origin),
-            Ok(t) if here(t, g.gen) => {
-                t.mark_used();
-                t.birth_node
-            }
             Ok(t) => {
                 t.mark_used();
-                let st = t.state.lock();
-                let TensorState::Ready(b) = &*st else {
-                    unreachable!("checked above");
-                };
-                let key = Arc::as_ptr(b) as usize;
-                match g.leaves.get(&key) {
-                    Some(&n) => n,
-                    None => {
-                        let (b, shape, dtype) = (b.clone(), b.shape.clone(), b.dtype);
-                        drop(st);
-                        g.leaf(key, shape, dtype, Input::Buffer(b), origin)
-                    }
+                // Recorded in this generation, or a value on the device
+                // entered in it already (a weight every step uses).
+                if let Some(n) = t.node_in(g.gen) {
+                    n
+                } else {
+                    let st = t.state.lock();
+                    let TensorState::Ready(b) = &*st else {
+                        unreachable!("checked above");
+                    };
+                    let key = Arc::as_ptr(b) as usize;
+                    let n = match g.leaves.get(&key) {
+                        Some(&n) => n,
+                        None => {
+                            let (b, shape, dtype) = (b.clone(), b.shape.clone(), b.dtype);
+                            drop(st);
+                            g.leaf(key, shape, dtype, Input::Buffer(b), origin)
+                        }
+                    };
+                    t.set_leaf(g.gen, n);
+                    n
                 }
             }
         });
@@ -518,6 +522,38 @@ mod tests {
                 .filter(|w| !std::ptr::eq(w.as_ptr(), released.as_ptr()))
                 .count()
         })
+    }
+
+    /// A value on the device used by every op of a loop is one input node
+    /// of each graph, found without locking it after its first use there,
+    /// and threads recording with it at the same time (each writing the
+    /// value's packed node word for its own graph) still get their own
+    /// nodes and right answers, across several generations.
+    #[test]
+    fn a_value_on_the_device_is_one_input_of_each_threads_graph() {
+        let dev = Device::interpreter();
+        let w = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], &dev).unwrap();
+        w.realize().unwrap();
+        let barrier = std::sync::Barrier::new(3);
+        let run = |k: f32| {
+            let _fused = FusionGuard::new(true);
+            for round in 0..3 {
+                barrier.wait();
+                let mut acc = Tensor::from_slice(&[k; 3], &[3], &dev).unwrap();
+                for _ in 0..200 {
+                    acc = acc.add(&w).unwrap().mul_scalar(1.0).unwrap();
+                }
+                let inputs = super::with_thread_graph(&dev, None, |g| g.state.lock().inputs.len());
+                assert_eq!(inputs, 2, "round {round}: the start value and w");
+                let want: Vec<f32> = [1.0, 2.0, 3.0].iter().map(|x| k + 200.0 * x).collect();
+                assert_eq!(acc.to_vec::<f32>().unwrap(), want);
+            }
+        };
+        std::thread::scope(|s| {
+            s.spawn(|| run(10.0));
+            s.spawn(|| run(-5.0));
+            run(0.5);
+        });
     }
 
     /// A pending value that dies gives its memory back at once, not at the

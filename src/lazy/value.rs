@@ -26,16 +26,33 @@ pub(crate) struct TensorInner {
     pub dtype: DType,
     pub device: Device,
     pub state: Mutex<TensorState>,
-    /// The graph generation the value was recorded in (0 for one that was
-    /// never pending), with [`TensorInner::birth_node`]. Generations are
-    /// unique across graphs and every state change of a pending value
-    /// happens under its graph's lock with a new generation, so a recorder
-    /// holding that lock whose generation is still this knows the value is
-    /// that node without locking the value: the recording fast path.
-    pub birth_gen: u64,
-    /// The node the value was recorded as (see [`TensorInner::birth_gen`]).
-    pub birth_node: NodeId,
+    /// The graph generation and node this value is known to be in,
+    /// packed in one word ([`TensorInner::node_in`]): the node it was
+    /// recorded as while pending, then, once on the device, the input node
+    /// it was last entered as. Generations are unique across graphs and
+    /// every state change of a pending value happens under its graph's lock
+    /// with a new generation, so a recorder holding that lock whose
+    /// generation is still this knows the value's node without locking the
+    /// value: the recording fast path (a weight used by every step of a
+    /// loop included). One word, so graphs of two threads entering the same
+    /// value never mix each other's halves.
+    node_of: AtomicU64,
     extras: OnceBox<Extras>,
+}
+
+/// Bits of [`TensorInner::node_of`] holding the node index; the generation
+/// takes the rest.
+const NODE_BITS: u32 = 24;
+
+/// The packed word of node `node` in generation `gen`, or 0 (no graph's)
+/// for a pair too large to pack: such a value then takes the general path.
+fn pack_node(gen: u64, node: NodeId) -> u64 {
+    let n = node.index() as u64;
+    if n < 1 << NODE_BITS && gen < 1 << (64 - NODE_BITS) {
+        gen << NODE_BITS | n
+    } else {
+        0
+    }
 }
 
 /// The parts of a tensor most tensors never use.
@@ -92,17 +109,16 @@ pub(crate) enum TensorState {
 impl TensorInner {
     /// A tensor in `state`.
     pub(crate) fn new(shape: Shape, dtype: DType, device: &Device, state: TensorState) -> Self {
-        let (birth_gen, birth_node) = match &state {
-            TensorState::Pending { node, gen, .. } => (*gen, *node),
-            _ => (0, NodeId::new(0)),
+        let node_of = match &state {
+            TensorState::Pending { node, gen, .. } => pack_node(*gen, *node),
+            _ => 0,
         };
         TensorInner {
             shape,
             dtype,
             device: device.clone(),
             state: Mutex::new(state),
-            birth_gen,
-            birth_node,
+            node_of: AtomicU64::new(node_of),
             extras: OnceBox::new(),
         }
     }
@@ -193,6 +209,24 @@ impl TensorInner {
         }
         let was = e.flags.fetch_and(!RETAINED, Relaxed);
         (was & RETAINED != 0).then(|| e.site.load(Relaxed))
+    }
+
+    /// This value's node in the graph of generation `gen`, if known
+    /// without a lock (see [`TensorInner::node_of`]). A match is that node
+    /// for the rest of the generation. (Generation 0, the word of a value
+    /// in no graph, is no graph's.)
+    #[inline(always)]
+    pub(crate) fn node_in(&self, gen: u64) -> Option<NodeId> {
+        let v = self.node_of.load(Relaxed);
+        (v >> NODE_BITS == gen).then(|| NodeId::new((v & ((1 << NODE_BITS) - 1)) as usize))
+    }
+
+    /// Notes that this value, materialised on the device, is input node
+    /// `node` of the graph of generation `gen` (by that graph, under its
+    /// lock).
+    #[inline]
+    pub(crate) fn set_leaf(&self, gen: u64, node: NodeId) {
+        self.node_of.store(pack_node(gen, node), Relaxed);
     }
 
     /// The device buffer if the value is already materialised (no flush).
