@@ -25,11 +25,14 @@ pub enum FlushReason {
     CrossThread,
     /// The fusion mode of the thread changed.
     ModeChange,
+    /// The recording thread exited: its pending values (some may be held by
+    /// other threads) are computed rather than left in a graph nobody owns.
+    ThreadExit,
 }
 
 impl FlushReason {
     /// Every reason, in report order.
-    pub const ALL: [FlushReason; 7] = [
+    pub const ALL: [FlushReason; 8] = [
         FlushReason::Read,
         FlushReason::Realize,
         FlushReason::Sync,
@@ -37,6 +40,7 @@ impl FlushReason {
         FlushReason::GraphCap,
         FlushReason::CrossThread,
         FlushReason::ModeChange,
+        FlushReason::ThreadExit,
     ];
 
     /// Name used in the report.
@@ -49,21 +53,22 @@ impl FlushReason {
             FlushReason::GraphCap => "graph_cap",
             FlushReason::CrossThread => "cross_thread",
             FlushReason::ModeChange => "mode_change",
+            FlushReason::ThreadExit => "thread_exit",
         }
     }
 }
 
 macro_rules! counters {
     ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
-        pub(crate) struct Counters { $(pub $name: AtomicU64,)* pub flushes: [AtomicU64; 7] }
-        pub(crate) static COUNTERS: Counters = Counters { $($name: AtomicU64::new(0),)* flushes: [const { AtomicU64::new(0) }; 7] };
+        pub(crate) struct Counters { $(pub $name: AtomicU64,)* pub flushes: [AtomicU64; 8] }
+        pub(crate) static COUNTERS: Counters = Counters { $($name: AtomicU64::new(0),)* flushes: [const { AtomicU64::new(0) }; 8] };
 
         /// A point-in-time copy of every counter.
         #[derive(Clone, Debug, Default, PartialEq, Eq)]
         pub struct Snapshot {
             $($(#[$doc])* pub $name: u64,)*
             /// Flushes by reason, in [`FlushReason::ALL`] order.
-            pub flushes_by_reason: [u64; 7],
+            pub flushes_by_reason: [u64; 8],
             /// Recompiles (a known op structure compiled again with other
             /// types or attributes) by cause, in [`crate::fusion::Cause::ALL`] order.
             pub recompiles_by_cause: [u64; 4],

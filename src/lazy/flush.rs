@@ -59,14 +59,15 @@ impl ThreadGraph {
         // graphs of one size, so its recording never regrows them.
         let (n, m) = (g.graph.len(), g.inputs.len());
         let graph = std::mem::replace(&mut g.graph, Graph::with_capacity(n));
-        let owners = std::mem::replace(&mut g.owners, Vec::with_capacity(n));
+        let mut owners = std::mem::replace(&mut g.owners, Vec::with_capacity(n));
         let inputs = std::mem::replace(&mut g.inputs, Vec::with_capacity(m));
         g.leaves.clear();
         g.gen = super::graph::next_generation();
         let live: Vec<Live> = owners
-            .iter()
+            .iter_mut()
             .enumerate()
-            .filter_map(|(i, w)| w.upgrade().map(|t| (NodeId::new(i), t)))
+            .filter(|(_, o)| o.as_ref().is_some_and(|t| Arc::strong_count(t) > 1))
+            .map(|(i, o)| (NodeId::new(i), o.take().expect("filtered")))
             .collect();
         let (mut outputs, mut left_out) = self.select(&graph, live, need);
         if !left_out.is_empty() {
@@ -89,6 +90,7 @@ impl ThreadGraph {
         };
         let (latch, here) = self.device.executor.submit(job);
         drop(g);
+        self.recycle(owners);
         if let Some(job) = here {
             // Run after the graph is released (other threads may record
             // into it meanwhile; what they read of it is in flight) and,
@@ -317,9 +319,9 @@ fn retain(
     for ((root, t), site) in left_out {
         let new = map[root.index()].expect("every left-out node is copied");
         if g.owners.len() <= new.index() {
-            g.owners.resize(new.index() + 1, Weak::new());
+            g.owners.resize(new.index() + 1, None);
         }
-        g.owners[new.index()] = Arc::downgrade(t);
+        g.owners[new.index()] = Some(t.clone());
         if let TensorState::Pending { node, gen: tg, .. } = &mut *t.state.lock() {
             *node = new;
             *tg = gen;

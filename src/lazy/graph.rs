@@ -19,7 +19,7 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 use std::cell::RefCell;
 use std::panic::Location;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 /// One thread's pending graph on one device.
 pub(crate) struct ThreadGraph {
@@ -41,7 +41,12 @@ pub(super) struct GraphState {
     /// ever share one); a pending tensor records the generation of its node.
     pub gen: u64,
     /// The tensor created for each node, if any (indexed by node index).
-    pub owners: Vec<Weak<TensorInner>>,
+    pub owners: Vec<Option<Arc<TensorInner>>>,
+    /// Dead values of earlier generations that nothing else holds, reused
+    /// by recording in place of new allocations (at most [`MAX_SPARE`]):
+    /// a loop's values die in batches at its flushes, and freeing them
+    /// there sent the allocator down its slow paths on every step.
+    pub spare: Vec<Arc<TensorInner>>,
     /// Values entering the graph from outside, deduplicated by address.
     pub leaves:
         std::collections::HashMap<usize, NodeId, std::hash::BuildHasherDefault<ahash::AHasher>>,
@@ -53,6 +58,10 @@ pub(super) struct GraphState {
     /// atomic per op).
     pub recorded: u64,
 }
+
+/// The most dead values a graph keeps for reuse (see `GraphState::spare`):
+/// about 2 MB, more than a training step of the workloads lets die.
+const MAX_SPARE: usize = 1 << 14;
 
 /// A generation number no graph has had: see `TensorInner::node_of`.
 pub(super) fn next_generation() -> u64 {
@@ -66,6 +75,7 @@ impl GraphState {
             graph: Graph::default(),
             gen: next_generation(),
             owners: Vec::new(),
+            spare: Vec::new(),
             leaves: Default::default(),
             inputs: Vec::new(),
             fuse: false,
@@ -85,8 +95,25 @@ impl Drop for GraphState {
     }
 }
 
+/// This thread's graphs, one per device (and mesh) it records for.
+struct Graphs(RefCell<Vec<Arc<ThreadGraph>>>);
+
+impl Drop for Graphs {
+    /// A graph holds its pending values and they hold it (see
+    /// [`GraphState::owners`]): when its thread exits, the graph is flushed,
+    /// which computes the values other threads still hold and frees the
+    /// rest, rather than leaving both to a graph no thread records into.
+    fn drop(&mut self) {
+        for g in self.0.get_mut().drain(..) {
+            g.flush(FlushReason::ThreadExit);
+            let spare = std::mem::take(&mut g.state.lock().spare);
+            drop(spare);
+        }
+    }
+}
+
 thread_local! {
-    static GRAPHS: RefCell<Vec<Arc<ThreadGraph>>> = const { RefCell::new(Vec::new()) };
+    static GRAPHS: Graphs = const { Graphs(RefCell::new(Vec::new())) };
     static SYNC_POINTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
@@ -112,7 +139,7 @@ fn with_thread_graph<R>(
     mesh: Option<&crate::spmd::Mesh>,
     f: impl FnOnce(&Arc<ThreadGraph>) -> R,
 ) -> R {
-    GRAPHS.with(|c| {
+    GRAPHS.with(|Graphs(c)| {
         {
             let list = c.borrow();
             for x in list.iter().filter(|x| x.device.same_device(device)) {
@@ -153,7 +180,7 @@ pub(crate) fn sync_thread(reason: FlushReason) -> Vec<Arc<Latch>> {
     if matches!(reason, FlushReason::Sync) {
         count_sync_point();
     }
-    let graphs: Vec<Arc<ThreadGraph>> = GRAPHS.with(|c| c.borrow().clone());
+    let graphs: Vec<Arc<ThreadGraph>> = GRAPHS.with(|c| c.0.borrow().clone());
     graphs.iter().filter_map(|g| g.flush(reason)).collect()
 }
 
@@ -288,16 +315,24 @@ fn append(
     eager_flush: bool,
 ) -> (Arc<TensorInner>, AfterRecord) {
     let id = g.graph.push_inferred(op, ids, shape.clone(), dtype, origin);
-    let state = TensorState::Pending {
-        graph: tg.clone(),
-        node: id,
-        gen: g.gen,
-    };
-    let inner = Arc::new(TensorInner::new(shape.clone(), dtype, &tg.device, state));
-    let (idx, owner) = (id.index(), Arc::downgrade(&inner));
+    let gen = g.gen;
+    // A recycled value when there is one (nothing else can hold it).
+    let spare = g.spare.pop().and_then(|mut t| {
+        Arc::get_mut(&mut t)?.reuse((shape, dtype), tg, id, gen);
+        Some(t)
+    });
+    let inner = spare.unwrap_or_else(|| {
+        let state = TensorState::Pending {
+            graph: tg.clone(),
+            node: id,
+            gen,
+        };
+        Arc::new(TensorInner::new(shape.clone(), dtype, &tg.device, state))
+    });
+    let (idx, owner) = (id.index(), Some(inner.clone()));
     // Nodes without a tensor (inputs, scalars) leave gaps.
     if g.owners.len() < idx {
-        g.owners.resize(idx, Weak::new());
+        g.owners.resize(idx, None);
     }
     if g.owners.len() == idx {
         g.owners.push(owner);
@@ -407,26 +442,26 @@ fn resolve(t: &Arc<TensorInner>, tg: &Arc<ThreadGraph>) -> Result<Resolved> {
 }
 
 impl ThreadGraph {
-    /// Drops this graph's weak reference to the dying value `t`, recorded
-    /// as `node` of generation `gen` (see `TensorInner`'s `Drop`). Never
-    /// waits: a graph locked elsewhere keeps the reference until its flush.
-    pub(super) fn release_owner(&self, node: NodeId, gen: u64, t: *const TensorInner) {
-        let Some(mut g) = self.state.try_lock() else {
-            return;
-        };
-        if g.gen != gen {
-            return;
-        }
-        let released = match g.owners.get_mut(node.index()) {
-            Some(w) if std::ptr::eq(w.as_ptr(), t) => std::mem::take(w),
-            _ => return,
-        };
+    /// Keeps the values of a flushed generation that died unused and that
+    /// nothing else holds (`dead`: its owner slots once the live values
+    /// were taken) for recording to reuse; the others are dropped.
+    pub(super) fn recycle(&self, dead: Vec<Option<Arc<TensorInner>>>) {
+        let mut spare: Vec<Arc<TensorInner>> = dead
+            .into_iter()
+            .flatten()
+            .filter_map(|mut t| {
+                Arc::get_mut(&mut t)?.clear_extras();
+                Some(t)
+            })
+            .collect();
+        let mut g = self.state.lock();
+        let room = MAX_SPARE.saturating_sub(g.spare.len());
+        let extra = spare.split_off(room.min(spare.len()));
+        g.spare.append(&mut spare);
         drop(g);
-        drop(released);
+        drop(extra);
     }
-}
 
-impl ThreadGraph {
     /// Node `node` (of generation `gen`) when it is a constant or an
     /// `arange`, which a graph of another mesh records again instead of
     /// flushing this one (`zeros_like` of a sharded parameter is recorded
@@ -511,19 +546,6 @@ impl GraphState {
 mod tests {
     use crate::{Device, FusionGuard, Tensor};
 
-    /// The owner slots of this thread's graph for `dev` that still hold
-    /// a value's memory (a live value, or a dead one not yet released).
-    fn held_slots(dev: &Device) -> usize {
-        super::with_thread_graph(dev, None, |g| {
-            let g = g.state.lock();
-            let released = std::sync::Weak::<super::TensorInner>::new();
-            g.owners
-                .iter()
-                .filter(|w| !std::ptr::eq(w.as_ptr(), released.as_ptr()))
-                .count()
-        })
-    }
-
     /// A value on the device used by every op of a loop is one input node
     /// of each graph, found without locking it after its first use there,
     /// and threads recording with it at the same time (each writing the
@@ -556,23 +578,56 @@ mod tests {
         });
     }
 
-    /// A pending value that dies gives its memory back at once, not at the
-    /// next flush; one still alive keeps its slot, and its value is right.
+    /// A pending value that dies is freed by the next flush, which does
+    /// not compute it; one still alive is computed, and its value is right.
     #[test]
-    fn a_dead_pending_value_is_released_before_the_flush() {
+    fn dead_pending_values_are_freed_by_the_next_flush() {
         let dev = Device::interpreter();
         let _fused = FusionGuard::new(true);
         crate::sync();
         let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], &dev).unwrap();
         let mut acc = x.add(&x).unwrap();
+        let first = std::sync::Arc::downgrade(&acc.0);
         for _ in 0..10 {
             acc = acc.mul_scalar(2.0).unwrap();
         }
-        // Only `acc` is alive: the ten values before it were released.
-        assert_eq!(held_slots(&dev), 1);
-        let kept = acc.tanh().unwrap();
-        assert_eq!(held_slots(&dev), 2);
+        let last = std::sync::Arc::downgrade(&acc.0);
+        crate::sync();
+        assert!(first.upgrade().is_none(), "a dead value outlived the flush");
+        assert!(last.upgrade().is_some());
         assert_eq!(acc.to_vec::<f32>().unwrap(), vec![2048.0, 4096.0, 6144.0]);
-        assert_eq!(kept.to_vec::<f32>().unwrap(), vec![1.0, 1.0, 1.0]);
+    }
+
+    /// A thread that exits with pending values flushes its graph: a value
+    /// it handed to another thread is computed (not left in a graph nobody
+    /// records into), and the graph and the values nobody holds are freed
+    /// (a pending value and its graph hold each other until a flush).
+    #[test]
+    fn an_exiting_thread_computes_what_others_hold_and_frees_its_graph() {
+        let dev = Device::interpreter();
+        let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], &dev).unwrap();
+        let (kept, graph, dropped) = std::thread::scope(|s| {
+            s.spawn(|| {
+                // Kept for the thread's life: restoring the mode on drop
+                // would flush the graph before the thread exits.
+                std::mem::forget(FusionGuard::new(true));
+                let dead = x.mul_scalar(3.0).unwrap();
+                let kept = dead.add(&x).unwrap();
+                let graph = super::with_thread_graph(&dev, None, std::sync::Arc::downgrade);
+                (kept, graph, std::sync::Arc::downgrade(&dead.0))
+            })
+            .join()
+            .unwrap()
+        });
+        assert!(
+            !kept.0.is_pending(),
+            "the exiting thread's graph was not flushed"
+        );
+        assert!(
+            dropped.upgrade().is_none(),
+            "a dead value outlived its thread"
+        );
+        assert!(graph.upgrade().is_none(), "the thread's graph outlived it");
+        assert_eq!(kept.to_vec::<f32>().unwrap(), vec![4.0, 8.0, 12.0]);
     }
 }

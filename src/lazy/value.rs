@@ -211,6 +211,45 @@ impl TensorInner {
         (was & RETAINED != 0).then(|| e.site.load(Relaxed))
     }
 
+    /// Readies a dead value nobody else holds (a flush found it unused)
+    /// for reuse: what it carried beyond its place is dropped now, so its
+    /// autograd state and the values that holds are freed with it.
+    pub(crate) fn clear_extras(&mut self) {
+        self.extras = OnceBox::new();
+    }
+
+    /// Makes a recycled value (see [`TensorInner::clear_extras`]) the value
+    /// of `node`, just recorded in `graph`'s generation `gen`, in place:
+    /// recording allocates nothing, and a value already pending in `graph`
+    /// (every recycled one is) keeps its handle on it rather than taking a
+    /// new one.
+    pub(crate) fn reuse(
+        &mut self,
+        (shape, dtype): (&Shape, DType),
+        graph: &Arc<ThreadGraph>,
+        node: NodeId,
+        gen: u64,
+    ) {
+        self.shape.clone_from(shape);
+        self.dtype = dtype;
+        self.device = graph.device.clone();
+        *self.node_of.get_mut() = pack_node(gen, node);
+        match self.state.get_mut() {
+            TensorState::Pending {
+                graph: g,
+                node: n,
+                gen: e,
+            } if Arc::ptr_eq(g, graph) => (*n, *e) = (node, gen),
+            st => {
+                *st = TensorState::Pending {
+                    graph: graph.clone(),
+                    node,
+                    gen,
+                }
+            }
+        }
+    }
+
     /// This value's node in the graph of generation `gen`, if known
     /// without a lock (see [`TensorInner::node_of`]). A match is that node
     /// for the rest of the generation. (Generation 0, the word of a value
@@ -274,20 +313,6 @@ impl TensorInner {
                     latch.wait();
                 }
             }
-        }
-    }
-}
-
-impl Drop for TensorInner {
-    /// A pending value that dies gives up its graph's weak reference to it
-    /// at once, so its memory is freed now rather than at the next flush
-    /// (a loop that records and drops values reuses the same few blocks).
-    /// Skipped when the graph is busy (held by a flush, possibly on this
-    /// thread): the flush then frees it, as it would anyway.
-    fn drop(&mut self) {
-        let me = self as *const TensorInner;
-        if let TensorState::Pending { graph, node, gen } = self.state.get_mut() {
-            graph.release_owner(*node, *gen, me);
         }
     }
 }
