@@ -44,7 +44,10 @@ impl Shape {
         Shape(SmallVec::from_slice(dims))
     }
 
-    /// The rank-0 (scalar) shape.
+    /// The rank-0 (scalar) shape. Inlined: every scalar operand recorded
+    /// builds two, and an out-of-line call left the lifted constant's op
+    /// half-written on the stack, to be copied back with stalled loads.
+    #[inline]
     pub fn scalar() -> Self {
         Shape(SmallVec::new())
     }
