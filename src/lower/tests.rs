@@ -142,6 +142,27 @@ fn reductions_and_contractions() {
     golden!("lower_reductions_and_contractions", lowered(&g, &live));
 }
 
+/// Float sums over leading axes that keep enough elements run as a product
+/// with a vector of ones (a strided column loop in XLA's CPU backend
+/// otherwise); sums over minor axes, sums keeping few elements, and
+/// integer sums stay reductions.
+#[test]
+fn leading_float_sums_as_products_with_ones() {
+    let mut g = GraphBuilder::new();
+    let x = g.input_f32(&[8, 64]);
+    let bias_grad = g.reduce(ReduceOp::Sum, x, &[0], false);
+    let mean = g.reduce(ReduceOp::Mean, x, &[0], true);
+    let minor = g.reduce(ReduceOp::Sum, x, &[1], false);
+    let h = g.input(&[2, 4, 64], DType::BF16);
+    let two = g.reduce(ReduceOp::Sum, h, &[0, 1], false);
+    let narrow = g.input_f32(&[8, 16]);
+    let few = g.reduce(ReduceOp::Sum, narrow, &[0], false);
+    let i = g.input(&[8, 64], DType::I32);
+    let int = g.reduce(ReduceOp::Sum, i, &[0], false);
+    let live = [bias_grad, mean, minor, two, few, int];
+    golden!("lower_leading_float_sums", lowered(&g, &live));
+}
+
 #[test]
 fn index_creation_and_random() {
     let mut g = GraphBuilder::new();
