@@ -110,6 +110,12 @@ impl<'g> Emitter<'g> {
             .unwrap_or_else(|| panic!("lowering bug: node {id:?} used before it was lowered"))
     }
 
+    /// The SSA name holding node `id`'s value, if it is lowered in this
+    /// region (an input of an input may not be).
+    pub fn value_if_lowered(&self, id: NodeId) -> Option<String> {
+        self.names[id.index()].clone()
+    }
+
     /// Sets the location attached to the ops emitted next.
     pub fn set_loc(&mut self, op: &str, origin: &Location<'_>) {
         let file = origin.file().replace('\\', "/").replace('"', "'");

@@ -163,6 +163,25 @@ fn leading_float_sums_as_products_with_ones() {
     golden!("lower_leading_float_sums", lowered(&g, &live));
 }
 
+/// `x @ w^T` with `w` transposed in the region is swapped to
+/// `(w x^T)^T` when `w` is much wider than `x` is tall over a long
+/// contraction (XLA's CPU kernel is slow the other way round), and not
+/// otherwise.
+#[test]
+fn wide_transposed_weights_swap_the_product() {
+    let mut g = GraphBuilder::new();
+    let x = g.input_f32(&[4, 512]);
+    let w = g.input_f32(&[64, 512]);
+    let wt = g.permute(w, &[1, 0]);
+    let swapped = g.matmul(x, wt);
+    let tall = g.input_f32(&[64, 512]);
+    let kept = g.matmul(tall, wt);
+    golden!(
+        "lower_wide_transposed_weights",
+        lowered(&g, &[swapped, kept])
+    );
+}
+
 #[test]
 fn index_creation_and_random() {
     let mut g = GraphBuilder::new();
