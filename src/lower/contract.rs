@@ -84,56 +84,6 @@ fn reduce_body(
     }
 }
 
-/// `[rows, k] x transpose([n, k])` as `transpose([n, k] x [rows, k]^T)`
-/// when the weight is transposed in this region (autograd's `g @ w^T`),
-/// and much wider than the lhs is tall over a long contraction. XLA folds
-/// the transpose into the dot either way; its CPU kernels for a dot
-/// contracting both operands' minor dims are fast when the lhs has the
-/// rows and slow the other way round. Measured on the 2-core development
-/// machine, ms (as written / swapped): rows 256, k 1024, n 1024: 6.1 / 4.7;
-/// 64, 512, 512: 0.98 / 0.47; 128, 768, 3072: 7.7 / 5.0; 16, 2048, 2048:
-/// 9.2 / 1.7; 256, 4096, 1024: 24 / 17. Outside the rule it can lose
-/// (1024, 1024, 256: 4.3 / 7.0; 512, 256, 1024: 2.0 / 2.8).
-fn swapped_nt(
-    e: &mut Emitter<'_>,
-    g: &lazyfuse_ir::Graph,
-    rhs: lazyfuse_ir::NodeId,
-    (va, rows, k, n): (&str, usize, usize, usize),
-    acc: DType,
-) -> Option<String> {
-    let t = g.node(rhs);
-    let lazyfuse_ir::Op::Permute(perm) = &t.op else {
-        return None;
-    };
-    let w = g.node(t.inputs[0]);
-    let wide = rows >= 2 && 4 * rows <= n && k >= NT_SWAP_MIN_K;
-    if !wide || perm.as_slice() != [1, 0] || w.dtype != acc || t.dtype != acc {
-        return None;
-    }
-    let vw = e.value_if_lowered(t.inputs[0])?;
-    let attr = "dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1]>";
-    let (wk, ak, nr) = (
-        Shape::new(&[n, k]),
-        Shape::new(&[rows, k]),
-        Shape::new(&[n, rows]),
-    );
-    let yt = e.op(
-        "stablehlo.dot_general",
-        &[(&vw, ty(&wk, acc)), (va, ty(&ak, acc))],
-        attr,
-        &ty(&nr, acc),
-    );
-    Some(e.op(
-        "stablehlo.transpose",
-        &[(&yt, ty(&nr, acc))],
-        &format!("permutation = {}", i64_array([1, 0])),
-        &ty(&Shape::new(&[rows, n]), acc),
-    ))
-}
-
-/// The shortest contraction for which [`swapped_nt`] applies.
-const NT_SWAP_MIN_K: usize = 512;
-
 /// The fewest kept elements for which a float sum over leading axes is
 /// lowered as a product with a vector of ones ([`sum_as_dot`]).
 const DOT_SUM_MIN_KEPT: usize = 64;
@@ -517,3 +467,53 @@ pub(super) fn matmul(e: &mut Emitter<'_>, id: NodeId) -> String {
     );
     e.convert(&y, out, acc, node.dtype)
 }
+
+/// `[rows, k] x transpose([n, k])` as `transpose([n, k] x [rows, k]^T)`
+/// when the weight is transposed in this region (autograd's `g @ w^T`),
+/// and much wider than the lhs is tall over a long contraction. XLA folds
+/// the transpose into the dot either way; its CPU kernels for a dot
+/// contracting both operands' minor dims are fast when the lhs has the
+/// rows and slow the other way round. Measured on the 2-core development
+/// machine, ms (as written / swapped): rows 256, k 1024, n 1024: 6.1 / 4.7;
+/// 64, 512, 512: 0.98 / 0.47; 128, 768, 3072: 7.7 / 5.0; 16, 2048, 2048:
+/// 9.2 / 1.7; 256, 4096, 1024: 24 / 17. Outside the rule it can lose
+/// (1024, 1024, 256: 4.3 / 7.0; 512, 256, 1024: 2.0 / 2.8).
+fn swapped_nt(
+    e: &mut Emitter<'_>,
+    g: &lazyfuse_ir::Graph,
+    rhs: lazyfuse_ir::NodeId,
+    (va, rows, k, n): (&str, usize, usize, usize),
+    acc: DType,
+) -> Option<String> {
+    let t = g.node(rhs);
+    let lazyfuse_ir::Op::Permute(perm) = &t.op else {
+        return None;
+    };
+    let w = g.node(t.inputs[0]);
+    let wide = rows >= 2 && 4 * rows <= n && k >= NT_SWAP_MIN_K;
+    if !wide || perm.as_slice() != [1, 0] || w.dtype != acc || t.dtype != acc {
+        return None;
+    }
+    let vw = e.value_if_lowered(t.inputs[0])?;
+    let attr = "dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1]>";
+    let (wk, ak, nr) = (
+        Shape::new(&[n, k]),
+        Shape::new(&[rows, k]),
+        Shape::new(&[n, rows]),
+    );
+    let yt = e.op(
+        "stablehlo.dot_general",
+        &[(&vw, ty(&wk, acc)), (va, ty(&ak, acc))],
+        attr,
+        &ty(&nr, acc),
+    );
+    Some(e.op(
+        "stablehlo.transpose",
+        &[(&yt, ty(&nr, acc))],
+        &format!("permutation = {}", i64_array([1, 0])),
+        &ty(&Shape::new(&[rows, n]), acc),
+    ))
+}
+
+/// The shortest contraction for which [`swapped_nt`] applies.
+const NT_SWAP_MIN_K: usize = 512;
