@@ -4,8 +4,14 @@
 //!
 //! ```text
 //! cargo run --release --example workloads -- [--fusion on|off|both] [--json PATH]
-//!     [--chart PATH.png] [--iters N] [--warmup N] [--peers PYTHON]
+//!     [--chart PATH.png] [--iters N] [--warmup N] [--rounds N] [--peers PYTHON]
 //!     [--peer-systems torch,xla,jaxjit,jaxeager] [--device cpu|cuda|interp] [NAME...]
+//!
+//! `--rounds N` repeats the whole measurement N times, lazyfuse and the
+//! peers alternating, and reports each system's median over the rounds of
+//! its per-round medians. On a shared host the load drifts over minutes;
+//! one pass times lazyfuse and the peers minutes apart, so a burst of load
+//! lands on one side only. Alternating rounds spread it over both.
 //!
 //! `--device cuda` runs on GPU 0 (`Device::cuda`) and the JAX peers on the
 //! same GPU (`JAX_PLATFORMS=cuda`); the default peer systems are then
@@ -27,6 +33,7 @@ struct Args {
     chart: Option<std::path::PathBuf>,
     iters: usize,
     warmup: usize,
+    rounds: usize,
     peers: Option<String>,
     peer_systems: Option<String>,
     device: String,
@@ -40,6 +47,7 @@ fn parse_args() -> Result<Args, String> {
         chart: None,
         iters: 20,
         warmup: 3,
+        rounds: 1,
         peers: None,
         peer_systems: None,
         device: "cpu".into(),
@@ -68,6 +76,12 @@ fn parse_args() -> Result<Args, String> {
                 a.warmup = val("--warmup")?
                     .parse()
                     .map_err(|e| format!("--warmup: {e}"))?
+            }
+            "--rounds" => {
+                a.rounds = val("--rounds")?
+                    .parse::<usize>()
+                    .map_err(|e| format!("--rounds: {e}"))?
+                    .max(1)
             }
             "--peers" => a.peers = Some(val("--peers")?),
             "--peer-systems" => a.peer_systems = Some(val("--peer-systems")?),
@@ -197,7 +211,7 @@ fn main() {
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("{e}\nusage: workloads [--fusion on|off|both] [--json PATH] [--chart PATH.png] [--iters N] [--warmup N] [--peers PYTHON] [--peer-systems LIST] [--device cpu|cuda|interp] [NAME...]");
+            eprintln!("{e}\nusage: workloads [--fusion on|off|both] [--json PATH] [--chart PATH.png] [--iters N] [--warmup N] [--rounds N] [--peers PYTHON] [--peer-systems LIST] [--device cpu|cuda|interp] [NAME...]");
             std::process::exit(2);
         }
     };
@@ -221,7 +235,7 @@ fn main() {
     } else {
         args.names.clone()
     };
-    let mut records = Vec::new();
+    let mut benches = Vec::new();
     for name in &names {
         let Some(w) = all.iter().find(|w| w.name == name) else {
             eprintln!(
@@ -232,60 +246,43 @@ fn main() {
         };
         for &fuse in &args.fusion {
             let _g = FusionGuard::new(fuse);
-            let mut step = (w.build)(&dev).unwrap_or_else(|e| panic!("{name}: setup failed: {e}"));
-            for _ in 0..args.warmup {
-                step().unwrap_or_else(|e| panic!("{name}: {e}"));
-            }
-            let before = metrics::snapshot();
-            let times: Vec<f64> = (0..args.iters)
-                .map(|_| {
-                    let t0 = Instant::now();
-                    step().unwrap_or_else(|e| panic!("{name}: {e}"));
-                    t0.elapsed().as_secs_f64() * 1e3
-                })
-                .collect();
-            let after = metrics::snapshot();
-            let system = if fuse {
-                "lazyfuse"
-            } else {
-                "lazyfuse-nofusion"
-            };
-            let rec = Record {
-                workload: name.clone(),
-                system: system.into(),
-                median_ms: median(times),
-                compiles_timed: Some(after.compiles - before.compiles),
-            };
-            eprintln!(
-                "{name:<24} {system:<18} {:>10.3} ms  compiles(timed) {}  cache hits(timed) {}",
-                rec.median_ms,
-                after.compiles - before.compiles,
-                after.cache_hits - before.cache_hits
-            );
-            records.push(rec);
+            let step = (w.build)(&dev).unwrap_or_else(|e| panic!("{name}: setup failed: {e}"));
+            benches.push((name.clone(), fuse, step));
         }
     }
-    if let Some(py) = &args.peers {
-        // On a GPU only JAX runs on the same device (the torch peers are CPU).
-        let default_peers = if args.device == "cuda" {
-            "jaxjit,jaxeager"
-        } else {
-            "torch,xla,jaxjit,jaxeager"
-        };
-        let peer_names: Vec<String> = names
-            .iter()
-            .filter(|n| !defs::lazyfuse_only(n))
-            .cloned()
-            .collect();
-        records.extend(run_peers(
-            py,
-            &args.device,
-            args.peer_systems.as_deref().unwrap_or(default_peers),
-            &peer_names,
-            args.iters,
-            args.warmup,
-        ));
+    // On a GPU only JAX runs on the same device (the torch peers are CPU).
+    let default_peers = if args.device == "cuda" {
+        "jaxjit,jaxeager"
+    } else {
+        "torch,xla,jaxjit,jaxeager"
+    };
+    let peer_names: Vec<String> = names
+        .iter()
+        .filter(|n| !defs::lazyfuse_only(n))
+        .cloned()
+        .collect();
+    let mut rounds: Vec<Vec<Record>> = Vec::new();
+    for round in 0..args.rounds {
+        if args.rounds > 1 {
+            eprintln!("round {} of {}", round + 1, args.rounds);
+        }
+        let mut records = Vec::new();
+        for (name, fuse, step) in &mut benches {
+            records.push(time_lazyfuse(name, *fuse, step, &args, round == 0));
+        }
+        if let Some(py) = &args.peers {
+            records.extend(run_peers(
+                py,
+                &args.device,
+                args.peer_systems.as_deref().unwrap_or(default_peers),
+                &peer_names,
+                args.iters,
+                args.warmup,
+            ));
+        }
+        rounds.push(records);
     }
+    let records = across_rounds(rounds);
     print_table(&records, &names);
     if let Some(path) = &args.json {
         let body: Vec<String> = records
@@ -315,6 +312,80 @@ fn main() {
             }
         }
     }
+}
+
+/// Times one workload's step: warm-up (first round only), then `iters`
+/// timed steps; returns their median and the compiles they caused.
+fn time_lazyfuse(
+    name: &str,
+    fuse: bool,
+    step: &mut defs::Step,
+    args: &Args,
+    first: bool,
+) -> Record {
+    let _g = FusionGuard::new(fuse);
+    if first {
+        for _ in 0..args.warmup {
+            step().unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+    let before = metrics::snapshot();
+    let times: Vec<f64> = (0..args.iters)
+        .map(|_| {
+            let t0 = Instant::now();
+            step().unwrap_or_else(|e| panic!("{name}: {e}"));
+            t0.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    let after = metrics::snapshot();
+    let system = if fuse {
+        "lazyfuse"
+    } else {
+        "lazyfuse-nofusion"
+    };
+    let rec = Record {
+        workload: name.to_string(),
+        system: system.into(),
+        median_ms: median(times),
+        compiles_timed: Some(after.compiles - before.compiles),
+    };
+    eprintln!(
+        "{name:<24} {system:<18} {:>10.3} ms  compiles(timed) {}  cache hits(timed) {}",
+        rec.median_ms,
+        after.compiles - before.compiles,
+        after.cache_hits - before.cache_hits
+    );
+    rec
+}
+
+/// One record per (workload, system): the median of its per-round medians,
+/// with the compiles of every round's timed steps added up.
+fn across_rounds(rounds: Vec<Vec<Record>>) -> Vec<Record> {
+    let mut order: Vec<(String, String)> = Vec::new();
+    let mut by: BTreeMap<(String, String), (Vec<f64>, Option<u64>)> = BTreeMap::new();
+    for r in rounds.into_iter().flatten() {
+        let key = (r.workload, r.system);
+        if !by.contains_key(&key) {
+            order.push(key.clone());
+        }
+        let e = by.entry(key).or_insert((Vec::new(), None));
+        e.0.push(r.median_ms);
+        if let Some(c) = r.compiles_timed {
+            e.1 = Some(e.1.unwrap_or(0) + c);
+        }
+    }
+    order
+        .into_iter()
+        .map(|key| {
+            let (ms, compiles) = by.remove(&key).unwrap_or_default();
+            Record {
+                workload: key.0,
+                system: key.1,
+                median_ms: median(ms),
+                compiles_timed: compiles,
+            }
+        })
+        .collect()
 }
 
 fn print_table(records: &[Record], names: &[String]) {
