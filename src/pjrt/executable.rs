@@ -349,6 +349,16 @@ impl LoadedExecutable {
         Ok((format, code))
     }
 
+    /// The opcode of every instruction of the optimized program (fused
+    /// computations included), so a test can see what XLA made of a
+    /// program: for example, whether it copies a donated input.
+    pub fn optimized_opcodes(&self) -> Result<Vec<String>> {
+        let (format, bytes) = self.optimized_program()?;
+        super::hlo::opcodes(&bytes, &format).ok_or_else(|| {
+            Error::binding(format!("the optimized program ({format}) does not decode"))
+        })
+    }
+
     /// The collective ops (all-reduce, all-gather, reduce-scatter, ...) one
     /// device runs per execution of this program, with their bytes; empty
     /// when the optimized program cannot be read.

@@ -1,6 +1,6 @@
-//! What an optimized program communicates: its collective ops, read from
-//! the `HloModuleProto` the plugin returns for a compiled executable
-//! (`PJRT_Executable_OptimizedProgram`). Only the fields needed are
+//! What an optimized program runs: its ops, and the collective ones with
+//! what they communicate, read from the `HloModuleProto` the plugin returns
+//! for a compiled executable (`PJRT_Executable_OptimizedProgram`). Only the fields needed are
 //! declared, under XLA's field numbers (`xla/service/hlo.proto`,
 //! `xla/xla_data.proto`); protobuf skips the rest.
 
@@ -79,15 +79,35 @@ pub struct Collective {
     pub bytes: u64,
 }
 
-/// The collective ops of the serialized module `bytes` (an
-/// `HloModuleProto`, or one with its config for format `hlo_with_config`).
+/// Decodes the serialized module `bytes` (an `HloModuleProto`, or one with
+/// its config for format `hlo_with_config`).
+fn decode(bytes: &[u8], format: &str) -> Option<HloModuleProto> {
+    if format == "hlo_with_config" {
+        HloModuleProtoWithConfig::decode(bytes).ok()?.hlo_module
+    } else {
+        HloModuleProto::decode(bytes).ok()
+    }
+}
+
+/// The opcode of every instruction of every computation of the serialized
+/// module `bytes` (fused computations included); `None` when the bytes do
+/// not decode.
+pub fn opcodes(bytes: &[u8], format: &str) -> Option<Vec<String>> {
+    let module = decode(bytes, format)?;
+    Some(
+        module
+            .computations
+            .into_iter()
+            .flat_map(|c| c.instructions)
+            .map(|i| i.opcode)
+            .collect(),
+    )
+}
+
+/// The collective ops of the serialized module `bytes` (see [`decode`]).
 /// `None` when the bytes do not decode.
 pub fn collectives(bytes: &[u8], format: &str) -> Option<Vec<Collective>> {
-    let module = if format == "hlo_with_config" {
-        HloModuleProtoWithConfig::decode(bytes).ok()?.hlo_module?
-    } else {
-        HloModuleProto::decode(bytes).ok()?
-    };
+    let module = decode(bytes, format)?;
     const KINDS: [&str; 5] = [
         "all-reduce",
         "all-gather",
