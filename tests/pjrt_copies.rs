@@ -54,12 +54,8 @@ fn the_in_place_update_computes_the_same_step() {
     let x: Vec<f32> = (0..64 * 256)
         .map(|i| ((i % 31) as f32 - 15.0) / 64.0)
         .collect();
-    let wb = c
-        .buffer_from_host(&f32_bytes(&w), lazyfuse_ir::DType::F32, &[256, 256], 0)
-        .unwrap();
-    let xb = c
-        .buffer_from_host(&f32_bytes(&x), lazyfuse_ir::DType::F32, &[64, 256], 0)
-        .unwrap();
+    let wb = upload_f32(c, &w, &[256, 256], 0);
+    let xb = upload_f32(c, &x, &[64, 256], 0);
     let (outs, done) = exe.launch(&[&wb, &xb], 0, &[0]).unwrap();
     done.wait().unwrap();
     let got = f32_vec(&download(&outs[0]));

@@ -9,7 +9,6 @@ use std::sync::OnceLock;
 
 use common::*;
 use lazyfuse::pjrt::{Buffer, Client, CreateOption, NamedValue};
-use lazyfuse_ir::DType;
 
 /// A client with 8 logical CPU devices (`cpu_device_count`, typed Int64:
 /// the plugin aborts on any other type).
@@ -22,8 +21,7 @@ fn client8() -> &'static Client {
 }
 
 fn upload(c: &Client, v: &[f32], dims: &[usize], device: usize) -> Buffer {
-    c.buffer_from_host(&f32_bytes(v), DType::F32, dims, device)
-        .unwrap()
+    upload_f32(c, v, dims, device)
 }
 
 fn download(b: &Buffer) -> Vec<f32> {

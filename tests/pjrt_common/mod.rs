@@ -61,6 +61,17 @@ pub fn bf16_vec(b: &[u8]) -> Vec<f32> {
         .collect()
 }
 
+/// Uploads `v` as an f32 array of `dims` to `device`.
+pub fn upload_f32(
+    c: &lazyfuse::pjrt::Client,
+    v: &[f32],
+    dims: &[usize],
+    device: usize,
+) -> lazyfuse::pjrt::Buffer {
+    c.buffer_from_host(&f32_bytes(v), lazyfuse_ir::DType::F32, dims, device)
+        .unwrap()
+}
+
 /// Downloads a buffer into a fresh, correctly sized vector.
 pub fn download(b: &lazyfuse::pjrt::Buffer) -> Vec<u8> {
     let n: usize = b.dims().unwrap().iter().product::<usize>() * b.dtype().unwrap().size_in_bytes();
