@@ -1,7 +1,8 @@
 //! Recording cost: how long one elementwise op on pending tensors takes to
 //! validate and append to the graph (target: at most 150 ns). The graph is
 //! flushed outside the timed region by `iter_batched`; the drop of each
-//! op's previous value (which frees it at once) is inside it.
+//! op's previous value is inside it (the graph holds a pending value until
+//! the flush, which recycles the dead ones for the next batch's ops).
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use lazyfuse::{Device, FusionGuard, Tensor};
