@@ -1,8 +1,8 @@
 //! What an optimized program runs: its ops, and the collective ones with
 //! what they communicate, read from the `HloModuleProto` the plugin returns
-//! for a compiled executable (`PJRT_Executable_OptimizedProgram`). Only the fields needed are
-//! declared, under XLA's field numbers (`xla/service/hlo.proto`,
-//! `xla/xla_data.proto`); protobuf skips the rest.
+//! for a compiled executable (`PJRT_Executable_OptimizedProgram`). Only the
+//! fields needed are declared, under XLA's field numbers
+//! (`xla/service/hlo.proto`, `xla/xla_data.proto`); protobuf skips the rest.
 
 use prost::Message;
 
