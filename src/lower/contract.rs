@@ -507,12 +507,7 @@ fn swapped_nt(
         attr,
         &ty(&nr, acc),
     );
-    Some(e.op(
-        "stablehlo.transpose",
-        &[(&yt, ty(&nr, acc))],
-        &format!("permutation = {}", i64_array([1, 0])),
-        &ty(&Shape::new(&[rows, n]), acc),
-    ))
+    Some(e.transpose(&yt, &nr, &[1, 0], acc))
 }
 
 /// The shortest contraction for which [`swapped_nt`] applies.

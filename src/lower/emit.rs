@@ -273,6 +273,18 @@ impl<'g> Emitter<'g> {
         )
     }
 
+    /// `v` (of shape `from`) with its dims reordered: result dim `i` is
+    /// its dim `perm[i]`.
+    pub fn transpose(&mut self, v: &str, from: &Shape, perm: &[usize], dtype: DType) -> String {
+        let to: Vec<usize> = perm.iter().map(|&p| from.dims()[p]).collect();
+        self.op(
+            "stablehlo.transpose",
+            &[(v, ty(from, dtype))],
+            &format!("permutation = {}", i64_array(perm.iter().copied())),
+            &ty(&Shape::new(&to), dtype),
+        )
+    }
+
     /// Reshape.
     pub fn reshape(&mut self, v: &str, from: &Shape, to: &Shape, dtype: DType) -> String {
         if from == to {

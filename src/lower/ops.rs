@@ -189,14 +189,7 @@ fn reshape(e: &mut Emitter<'_>, node: &Node) -> String {
 /// Operand 0 with its dims reordered: result dim `i` is its dim `perm[i]`.
 fn permute(e: &mut Emitter<'_>, node: &Node, perm: &[usize]) -> String {
     let (x, n) = operand(e, node, 0);
-    let dt = node.dtype;
-    let attr = format!("permutation = {}", i64_array(perm.iter().copied()));
-    e.op(
-        "stablehlo.transpose",
-        &[(&x, ty(&n.shape, dt))],
-        &attr,
-        &ty(&node.shape, dt),
-    )
+    e.transpose(&x, &n.shape, perm, node.dtype)
 }
 
 /// `len` elements of operand 0 from `start` along `axis` (unit strides).
