@@ -170,12 +170,8 @@ impl Graph {
             node_hash(&op, &all, &shape, dtype)
         };
         let id = NodeId::new(self.g.len());
-        let mut roll = (self.structure.rotate_left(23) ^ hash).wrapping_mul(ROLL);
-        for &i in inputs {
-            roll = (roll.rotate_left(17) ^ i.index() as u64).wrapping_mul(ROLL);
-        }
-        self.structure = roll;
-        self.g.push(Node {
+        self.roll(hash, inputs);
+        self.append_node(Node {
             op,
             inputs: inputs_of(inputs),
             shape,
@@ -184,6 +180,80 @@ impl Graph {
             origin,
         });
         id
+    }
+
+    /// Appends the rank-0 constant `value` of `dtype`: the node
+    /// [`Graph::push_inferred`] appends for that `Op::Constant`, built in
+    /// place. Every op with a host scalar operand (`x * 0.5`) records one,
+    /// and an `Op` passed in was read back from the caller's stack, where
+    /// its narrower stores could not be forwarded to the wide loads.
+    #[inline]
+    pub fn push_scalar(
+        &mut self,
+        value: crate::Literal,
+        dtype: DType,
+        origin: &'static Location<'static>,
+    ) -> NodeId {
+        let op = Op::Constant {
+            value,
+            shape: Shape::scalar(),
+            dtype,
+        };
+        let hash = node_hash(&op, &[], &Shape::scalar(), dtype);
+        let id = NodeId::new(self.g.len());
+        self.roll(hash, &[]);
+        self.append_node(Node {
+            op,
+            inputs: Inputs::new(),
+            shape: Shape::scalar(),
+            dtype,
+            hash,
+            origin,
+        });
+        id
+    }
+
+    /// Folds a new node (its structural hash and operand indices) into the
+    /// rolling [`Graph::structure`] hash.
+    #[inline(always)]
+    fn roll(&mut self, hash: u64, inputs: &[NodeId]) {
+        let mut roll = (self.structure.rotate_left(23) ^ hash).wrapping_mul(ROLL);
+        for &i in inputs {
+            roll = (roll.rotate_left(17) ^ i.index() as u64).wrapping_mul(ROLL);
+        }
+        self.structure = roll;
+    }
+
+    /// Appends `node`, written field by field into the vector's spare slot.
+    /// A `Node` is too large for the inline copy LLVM emits for a move, so
+    /// `Vec::push` called `memcpy` (a `rep movsb` on this machine): it cost
+    /// a third of a scalar op's recording, and the next node's read of this
+    /// one's hash could not be forwarded from its stores.
+    #[inline(always)]
+    fn append_node(&mut self, node: Node) {
+        let Node {
+            op,
+            inputs,
+            shape,
+            dtype,
+            hash,
+            origin,
+        } = node;
+        self.g.reserve(1);
+        let len = self.g.len();
+        let slot = self.g.spare_capacity_mut()[0].as_mut_ptr();
+        // SAFETY: `slot` is the first spare slot (`reserve` made one), every
+        // field is written exactly once before `set_len` exposes it, and
+        // nothing in between can unwind.
+        unsafe {
+            std::ptr::addr_of_mut!((*slot).op).write(op);
+            std::ptr::addr_of_mut!((*slot).inputs).write(inputs);
+            std::ptr::addr_of_mut!((*slot).shape).write(shape);
+            std::ptr::addr_of_mut!((*slot).dtype).write(dtype);
+            std::ptr::addr_of_mut!((*slot).hash).write(hash);
+            std::ptr::addr_of_mut!((*slot).origin).write(origin);
+            self.g.set_len(len + 1);
+        }
     }
 
     /// A hash of the whole graph's structure: every node's structural hash
@@ -325,5 +395,51 @@ mod tests {
         let cx = g.push(mul, &[c, x], here).unwrap();
         assert_eq!(g.node(xc).shape, Shape::from(&[2, 3][..]));
         assert_eq!(g.node(cx).shape, Shape::from(&[2, 3][..]));
+    }
+
+    /// A scalar appended in place is the node `push` appends for the same
+    /// constant: op, type, hash, and the same change to the structure hash,
+    /// for lifted and baked-in values of every dtype.
+    #[test]
+    fn push_scalar_appends_what_push_appends() {
+        let here = Location::caller();
+        let values = [
+            Literal::Float(0.5),
+            Literal::Float(1.0),
+            Literal::Int(0),
+            Literal::Int(-3),
+            Literal::Bool(true),
+            Literal::Dim(9),
+        ];
+        for dtype in DType::ALL {
+            for value in values {
+                if crate::check_literal(value, dtype).is_err() {
+                    continue;
+                }
+                let (mut a, mut b) = (Graph::new(), Graph::new());
+                let input = Op::Input {
+                    shape: Shape::from(&[4][..]),
+                    dtype,
+                };
+                a.push(input.clone(), &[], here).unwrap();
+                b.push(input, &[], here).unwrap();
+                let op = Op::Constant {
+                    value,
+                    shape: Shape::scalar(),
+                    dtype,
+                };
+                let ia = a.push(op, &[], here).unwrap();
+                let ib = b.push_scalar(value, dtype, here);
+                assert_eq!(ia, ib);
+                let (na, nb) = (a.node(ia), b.node(ib));
+                assert_eq!(na.op, nb.op, "{value:?} {dtype:?}");
+                assert_eq!(
+                    (&na.shape, na.dtype, na.hash),
+                    (&nb.shape, nb.dtype, nb.hash)
+                );
+                assert!(nb.inputs.is_empty());
+                assert_eq!(a.structure(), b.structure());
+            }
+        }
     }
 }

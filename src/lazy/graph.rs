@@ -508,14 +508,8 @@ impl GraphState {
         dtype: DType,
         origin: &'static Location<'static>,
     ) -> NodeId {
-        let op = Op::Constant {
-            value,
-            shape: Shape::scalar(),
-            dtype,
-        };
         self.recorded += 1;
-        self.graph
-            .push_inferred(op, &[], Shape::scalar(), dtype, origin)
+        self.graph.push_scalar(value, dtype, origin)
     }
 
     /// The input node of the outside value `input` (address `key`), added
