@@ -226,9 +226,9 @@ impl Graph {
 
     /// Appends `node`, written field by field into the vector's spare slot.
     /// A `Node` is too large for the inline copy LLVM emits for a move, so
-    /// `Vec::push` called `memcpy` (a `rep movsb` on this machine): it cost
-    /// a third of a scalar op's recording, and the next node's read of this
-    /// one's hash could not be forwarded from its stores.
+    /// `Vec::push` called `memcpy` (a `rep movsb` on this machine): about a
+    /// tenth of a scalar op's recording time, and the next node's read of
+    /// this one's hash could not be forwarded from its stores.
     #[inline(always)]
     fn append_node(&mut self, node: Node) {
         let Node {
