@@ -46,6 +46,7 @@ pub fn stable_hasher() -> ahash::AHasher {
 
 /// The structural hash of a node from its parts (a liftable scalar's value
 /// left out: see [`Node::hash`]).
+#[inline]
 pub fn node_hash(op: &Op, input_hashes: &[u64], shape: &Shape, dtype: DType) -> u64 {
     let lifted = op.is_liftable_scalar();
     if lifted && input_hashes.is_empty() && shape.rank() == 0 {
@@ -147,15 +148,18 @@ impl Graph {
         }
         let (shape, dtype) = infer(&op, &operands)?;
         drop(operands);
-        Ok(self.push_inferred(op, inputs, shape, dtype, origin))
+        Ok(self.push_inferred(op, inputs, &shape, dtype, origin))
     }
 
-    /// Appends a node whose type was already inferred by the caller.
+    /// Appends a node whose type was already inferred by the caller. The
+    /// shape is borrowed and copied into the node where it is stored: a
+    /// copy passed in was read back whole from the caller's narrower
+    /// stores, a store-forwarding stall on every recorded op.
     pub fn push_inferred(
         &mut self,
         op: Op,
         inputs: &[NodeId],
-        shape: Shape,
+        shape: &Shape,
         dtype: DType,
         origin: &'static Location<'static>,
     ) -> NodeId {
@@ -164,17 +168,17 @@ impl Graph {
             for (h, &i) in hashes.iter_mut().zip(inputs) {
                 *h = self.g[i.index()].hash;
             }
-            node_hash(&op, &hashes[..inputs.len()], &shape, dtype)
+            node_hash(&op, &hashes[..inputs.len()], shape, dtype)
         } else {
             let all: Vec<u64> = inputs.iter().map(|&i| self.g[i.index()].hash).collect();
-            node_hash(&op, &all, &shape, dtype)
+            node_hash(&op, &all, shape, dtype)
         };
         let id = NodeId::new(self.g.len());
         self.roll(hash, inputs);
         self.append_node(Node {
             op,
             inputs: inputs_of(inputs),
-            shape,
+            shape: shape.clone(),
             dtype,
             hash,
             origin,
@@ -187,7 +191,7 @@ impl Graph {
     /// place. Every op with a host scalar operand (`x * 0.5`) records one,
     /// and an `Op` passed in was read back from the caller's stack, where
     /// its narrower stores could not be forwarded to the wide loads.
-    #[inline]
+    #[inline(always)]
     pub fn push_scalar(
         &mut self,
         value: crate::Literal,

@@ -465,7 +465,18 @@ fn check_axes_sorted(axes: &Axes, rank: usize) -> Result<(), InferError> {
 /// Whether the literal `v` is representable in `d` (what inference checks
 /// for a constant), for callers that validate a host scalar before it is
 /// recorded.
+#[inline]
 pub fn check_literal(v: Literal, d: DType) -> Result<(), InferError> {
+    // The common case, a float in a float dtype, decided inline (every
+    // `x * 0.5` checks one).
+    if matches!(v, Literal::Float(_)) && d.is_float() {
+        return Ok(());
+    }
+    check_literal_slow(v, d)
+}
+
+/// [`check_literal`] for every other pairing.
+fn check_literal_slow(v: Literal, d: DType) -> Result<(), InferError> {
     match (v, d) {
         (Literal::Float(f), d) if d.is_int() && (f.fract() != 0.0 || !f.is_finite()) => {
             err(format!("value {f} is not representable as {d}"))
@@ -495,6 +506,10 @@ fn int_range(d: DType) -> (i128, i128) {
     }
 }
 
+/// The broadcast shape of two operands. Inlined, the general case out of
+/// line: a shape returned through memory was read back whole from the
+/// narrower stores that wrote it, a stall on every elementwise op.
+#[inline(always)]
 fn broadcast2(inputs: &[Operand<'_>]) -> Result<Shape, InferError> {
     let (a, b) = (inputs[0].0, inputs[1].0);
     // Equal shapes and a rank-0 operand (`x * 0.5`) are the common cases.
@@ -504,6 +519,12 @@ fn broadcast2(inputs: &[Operand<'_>]) -> Result<Shape, InferError> {
     if a.rank() == 0 {
         return Ok(b.clone());
     }
+    broadcast_general(a, b)
+}
+
+/// [`broadcast2`] of two shapes of nonzero ranks that differ.
+#[inline(never)]
+fn broadcast_general(a: &Shape, b: &Shape) -> Result<Shape, InferError> {
     Shape::broadcast(a, b)
         .ok_or_else(|| InferError(format!("shapes {a} and {b} cannot be broadcast together")))
 }

@@ -304,13 +304,8 @@ fn retain(
                     .iter()
                     .map(|i| map[i.index()].expect("inputs are copied first"))
                     .collect();
-                g.graph.push_inferred(
-                    node.op.clone(),
-                    &ins,
-                    node.shape.clone(),
-                    node.dtype,
-                    node.origin,
-                )
+                g.graph
+                    .push_inferred(node.op.clone(), &ins, &node.shape, node.dtype, node.origin)
             };
             map[id.index()] = Some(new);
         }

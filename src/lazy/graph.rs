@@ -220,7 +220,7 @@ pub(crate) fn record(
     device: &Device,
     op: Op,
     inputs: &[impl LazyArg],
-    shape: Shape,
+    shape: &Shape,
     dtype: DType,
     origin: &'static Location<'static>,
 ) -> Result<Arc<TensorInner>> {
@@ -231,21 +231,24 @@ pub(crate) fn record(
     let mesh = inputs
         .iter()
         .find_map(|a| a.operand().ok().and_then(|t| t.mesh()));
-    // The op is borrowed into the closure and moved out inside it: captured
-    // by value it made the closure too large to move without a `memcpy` call.
-    let mut op = Some(op);
+    // The op is borrowed into the closure (an `FnOnce`) and moved out inside
+    // it: captured by value it made the closure too large to move without a
+    // `memcpy` call. Moved out by `mem::replace`, a whole aligned copy:
+    // `Option::take` copied it around its tag byte in unaligned pieces, and
+    // the graph's wide reads of that copy could not be forwarded from them.
+    let mut op = op;
     let (inner, flush) = with_thread_graph(device, mesh, |tg| -> Result<_> {
         // Filled in place: moving the ids through the fast path's return
         // values cost store-forwarding stalls on every op.
         let mut ids: SmallVec<[NodeId; 3]> = SmallVec::new();
         let g = operand_ids(tg, inputs, origin, &mut ids)?;
-        let op = op.take().expect("the closure runs once");
+        let op = std::mem::replace(&mut op, Op::MatMul);
         Ok(append(
             tg,
             g,
             op,
             &ids,
-            (&shape, dtype, origin),
+            (shape, dtype, origin),
             fuse,
             eager_flush,
         ))
@@ -314,7 +317,7 @@ fn append(
     fuse: bool,
     eager_flush: bool,
 ) -> (Arc<TensorInner>, AfterRecord) {
-    let id = g.graph.push_inferred(op, ids, shape.clone(), dtype, origin);
+    let id = g.graph.push_inferred(op, ids, shape, dtype, origin);
     let gen = g.gen;
     // A recycled value when there is one (nothing else can hold it).
     let spare = g.spare.pop().and_then(|mut t| {
@@ -330,9 +333,10 @@ fn append(
         Arc::new(TensorInner::new(shape.clone(), dtype, &tg.device, state))
     });
     let (idx, owner) = (id.index(), Some(inner.clone()));
-    // Nodes without a tensor (inputs, scalars) leave gaps.
-    if g.owners.len() < idx {
-        g.owners.resize(idx, None);
+    // Nodes without a tensor (inputs, scalars) leave gaps, usually of one
+    // (a scalar operand): filled by pushes, not `resize`'s out-of-line loop.
+    while g.owners.len() < idx {
+        g.owners.push(None);
     }
     if g.owners.len() == idx {
         g.owners.push(owner);
@@ -484,7 +488,7 @@ impl GraphState {
             Resolved::Node(n, _) => return n,
             Resolved::Leaf(op, shape, dtype) => {
                 self.recorded += 1;
-                return self.graph.push_inferred(op, &[], shape, dtype, origin);
+                return self.graph.push_inferred(op, &[], &shape, dtype, origin);
             }
             Resolved::Scalar(value, dtype) => return self.scalar_node(value, dtype, origin),
             Resolved::Buffer(b) => (
@@ -501,7 +505,10 @@ impl GraphState {
         self.leaf(key, shape, dtype, input, origin)
     }
 
-    /// A host scalar recorded as a rank-0 constant.
+    /// A host scalar recorded as a rank-0 constant (inlined: the literal
+    /// stays in registers instead of being reloaded from where the caller
+    /// wrote it in parts).
+    #[inline(always)]
     fn scalar_node(
         &mut self,
         value: Literal,
@@ -529,7 +536,7 @@ impl GraphState {
             shape: shape.clone(),
             dtype,
         };
-        let n = self.graph.push_inferred(op, &[], shape, dtype, origin);
+        let n = self.graph.push_inferred(op, &[], &shape, dtype, origin);
         self.leaves.insert(key, n);
         self.inputs.push((n, input));
         n

@@ -231,10 +231,16 @@ impl Tensor {
                 .join(", ")
         };
         let name = op.name();
-        let (shape, dtype) =
-            lazyfuse_ir::infer(&op, &operands).map_err(|e| Error::op(name, e, describe(), loc))?;
+        // The inferred type is used where `infer` wrote it: moved out of the
+        // `Result`, it was read back whole from narrower stores, a
+        // store-forwarding stall on every op.
+        let inferred = lazyfuse_ir::infer(&op, &operands);
+        let (shape, dtype) = match &inferred {
+            Ok((s, d)) => (s, *d),
+            Err(e) => return Err(Error::op(name, e.clone(), describe(), loc)),
+        };
         drop(operands);
-        let site = dynamic::sites::for_op(&op, &shape, loc);
+        let site = dynamic::sites::for_op(&op, shape, loc);
         let mut tensors = args.iter().filter_map(|a| match a {
             Arg::T(t) => Some(*t),
             Arg::Scalar(..) => None,
@@ -285,7 +291,7 @@ impl Tensor {
         });
         let track = tape.map(|h| (*h, op.clone()));
         let out = if dynamic || site != (0, false) {
-            dynamic::apply(&op, args, shape, site, loc)?
+            dynamic::apply(&op, args, shape.clone(), site, loc)?
         } else {
             Tensor(crate::lazy::record(device, op, args, shape, dtype, loc)?)
         };
@@ -314,7 +320,7 @@ impl Tensor {
             self.device(),
             op,
             &[&self.0],
-            self.0.shape.clone(),
+            &self.0.shape,
             self.dtype(),
             loc,
         )?;
@@ -342,7 +348,7 @@ impl Tensor {
         }
         let none: [&Arc<TensorInner>; 0] = [];
         Ok(Tensor(crate::lazy::record(
-            device, op, &none, shape, dtype, loc,
+            device, op, &none, &shape, dtype, loc,
         )?))
     }
 

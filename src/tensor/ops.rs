@@ -171,6 +171,10 @@ reduce_methods!(
 
 impl Tensor {
     /// A host scalar operand of this tensor's dtype, validated for `op`.
+    /// Inlined into each `*_scalar` method, with the error built out of
+    /// line: returned through memory, the operand was written in parts and
+    /// read back whole, a store-forwarding stall on every scalar op.
+    #[inline(always)]
     pub(crate) fn scalar_operand(
         &self,
         op: &'static str,
@@ -178,9 +182,23 @@ impl Tensor {
         loc: &'static Location<'static>,
     ) -> Result<Arg<'static>> {
         let value = literal_for(v, self.dtype());
-        lazyfuse_ir::check_literal(value, self.dtype())
-            .map_err(|e| Error::op(op, e, format!("{}, {v}", self.describe()), loc))?;
-        Ok(Arg::Scalar(value, self.dtype()))
+        match lazyfuse_ir::check_literal(value, self.dtype()) {
+            Ok(()) => Ok(Arg::Scalar(value, self.dtype())),
+            Err(e) => Err(self.scalar_error(op, e, v, loc)),
+        }
+    }
+
+    /// [`Tensor::scalar_operand`]'s error: a value the dtype cannot hold.
+    #[cold]
+    #[inline(never)]
+    fn scalar_error(
+        &self,
+        op: &'static str,
+        e: lazyfuse_ir::InferError,
+        v: f64,
+        loc: &'static Location<'static>,
+    ) -> Error {
+        Error::op(op, e, format!("{}, {v}", self.describe()), loc)
     }
 
     pub(crate) fn axes(

@@ -151,7 +151,7 @@ impl Ctx<'_> {
             ))
         })?;
         drop(operands);
-        crate::lazy::record(self.device, op, args, shape, dtype, self.loc)
+        crate::lazy::record(self.device, op, args, &shape, dtype, self.loc)
     }
 
     /// An error naming the user's op and line.
