@@ -134,8 +134,15 @@ fn unary(u: UnaryOp, (s, d): Operand<'_>) -> Result<(Shape, DType), InferError> 
 }
 
 /// Binary ops broadcast two operands of one numeric dtype (`pow` not on u8).
+/// The common shapes are cloned straight into the result (see
+/// [`broadcast_to_either`]).
 fn binary(b: BinaryOp, inputs: &[Operand<'_>]) -> Result<(Shape, DType), InferError> {
-    let shape = broadcast2(inputs)?;
+    let (x, y) = (inputs[0].0, inputs[1].0);
+    let either = broadcast_to_either(x, y);
+    let general = match either {
+        Some(_) => None,
+        None => Some(broadcast_general(x, y)?),
+    };
     let d = same_dtype(inputs)?;
     if !d.is_numeric() {
         return err(format!("needs a numeric dtype, got {d}"));
@@ -143,7 +150,10 @@ fn binary(b: BinaryOp, inputs: &[Operand<'_>]) -> Result<(Shape, DType), InferEr
     if b == BinaryOp::Pow && d == DType::U8 {
         return err("pow is not defined for u8");
     }
-    Ok((shape, d))
+    match (either, general) {
+        (Some(s), _) => Ok((s.clone(), d)),
+        (None, general) => Ok((general.expect("computed when neither"), d)),
+    }
 }
 
 /// Comparisons broadcast two operands of one dtype to a bool result.
@@ -506,20 +516,28 @@ fn int_range(d: DType) -> (i128, i128) {
     }
 }
 
-/// The broadcast shape of two operands. Inlined, the general case out of
-/// line: a shape returned through memory was read back whole from the
-/// narrower stores that wrote it, a stall on every elementwise op.
-#[inline(always)]
+/// The broadcast shape of two operands.
 fn broadcast2(inputs: &[Operand<'_>]) -> Result<Shape, InferError> {
     let (a, b) = (inputs[0].0, inputs[1].0);
-    // Equal shapes and a rank-0 operand (`x * 0.5`) are the common cases.
+    match broadcast_to_either(a, b) {
+        Some(s) => Ok(s.clone()),
+        None => broadcast_general(a, b),
+    }
+}
+
+/// The broadcast shape of `a` and `b` when it is one of them: equal shapes
+/// and a rank-0 operand (`x * 0.5`), the common cases. A reference, in a
+/// register: a shape returned through memory was read back whole from the
+/// narrower stores that wrote it, a stall on every elementwise op.
+#[inline(always)]
+fn broadcast_to_either<'a>(a: &'a Shape, b: &'a Shape) -> Option<&'a Shape> {
     if a == b || b.rank() == 0 {
-        return Ok(a.clone());
+        Some(a)
+    } else if a.rank() == 0 {
+        Some(b)
+    } else {
+        None
     }
-    if a.rank() == 0 {
-        return Ok(b.clone());
-    }
-    broadcast_general(a, b)
 }
 
 /// [`broadcast2`] of two shapes of nonzero ranks that differ.

@@ -237,13 +237,17 @@ pub(crate) fn record(
     // `Option::take` copied it around its tag byte in unaligned pieces, and
     // the graph's wide reads of that copy could not be forwarded from them.
     let mut op = op;
-    let (inner, flush) = with_thread_graph(device, mesh, |tg| -> Result<_> {
+    // The new value and what to flush, written by the closure here rather
+    // than returned through the thread-local's `Result` wrappers, which
+    // moved them with wide loads of narrower stores (a stall per op).
+    let mut out: Option<(Arc<TensorInner>, AfterRecord)> = None;
+    with_thread_graph(device, mesh, |tg| -> Result<()> {
         // Filled in place: moving the ids through the fast path's return
         // values cost store-forwarding stalls on every op.
         let mut ids: SmallVec<[NodeId; 3]> = SmallVec::new();
         let g = operand_ids(tg, inputs, origin, &mut ids)?;
         let op = std::mem::replace(&mut op, Op::MatMul);
-        Ok(append(
+        out = Some(append(
             tg,
             g,
             op,
@@ -251,8 +255,10 @@ pub(crate) fn record(
             (shape, dtype, origin),
             fuse,
             eager_flush,
-        ))
+        ));
+        Ok(())
     })?;
+    let (inner, flush) = out.expect("the closure recorded the op");
     metrics::record_end(t_record);
     if let Some((reason, tg)) = flush {
         tg.flush(reason);
