@@ -209,6 +209,52 @@ fn cat_grown_cache_matches_exact_shapes() {
     assert_close("attention over the grown cache", &dynamic, &exact, 2e-6);
 }
 
+/// Two caches grown by `cat`, cut back by `narrow` and grown again, so
+/// that their padding holds the stale rows of the longer lengths: a product
+/// contracting over them equals the exact-shape one at every step (their
+/// padding must be masked; a grown cache's zero padding need not be).
+fn contraction_over_stale_padding_matches_exact_shapes() {
+    let d = dev();
+    let run = |auto: bool| {
+        set_auto_dynamic(auto);
+        let (mut a, mut b): (Option<Tensor>, Option<Tensor>) = (None, None);
+        let mut out = Vec::new();
+        for step in 0..30usize {
+            let ra = Tensor::from_slice(&values(4, step as u64), &[4, 1], &d).unwrap();
+            let rb = Tensor::from_slice(&values(3, 500 + step as u64), &[1, 3], &d).unwrap();
+            let (ga, gb) = match (&a, &b) {
+                (Some(a), Some(b)) => (
+                    Tensor::cat(&[a, &ra], 1).unwrap(),
+                    Tensor::cat(&[b, &rb], 0).unwrap(),
+                ),
+                _ => (ra, rb),
+            };
+            // [4, s] x [s, 3]: the contraction runs over the grown axis.
+            out.extend(ga.matmul(&gb).unwrap().to_vec::<f32>().unwrap());
+            // Every tenth step the caches lose their newest half, and are
+            // read at once, with the cut rows still in their buffers.
+            let (ga, gb) = if step % 10 == 9 {
+                let keep = ga.dims()[1] / 2;
+                let (ga, gb) = (
+                    ga.narrow(1, 0, keep).unwrap(),
+                    gb.narrow(0, 0, keep).unwrap(),
+                );
+                out.extend(ga.matmul(&gb).unwrap().to_vec::<f32>().unwrap());
+                (ga, gb)
+            } else {
+                (ga, gb)
+            };
+            a = Some(ga);
+            b = Some(gb);
+        }
+        set_auto_dynamic(true);
+        out
+    };
+    let exact = run(false);
+    let dynamic = run(true);
+    assert_close("products over stale padding", &dynamic, &exact, 2e-6);
+}
+
 /// `nn::Block::forward_cached`, fed one position at a time after a prefill,
 /// gives what the full causal forward gives at every position.
 fn cached_block_decoding_matches_the_full_forward() {
@@ -376,6 +422,7 @@ test_device!(
     poisoned_padding_changes_nothing,
     gradients_match_exact_shapes,
     cat_grown_cache_matches_exact_shapes,
+    contraction_over_stale_padding_matches_exact_shapes,
 );
 
 #[test]

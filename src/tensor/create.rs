@@ -77,6 +77,7 @@ impl Tensor {
             shape: host.shape.clone(),
             mask,
             limit: Shape(smallvec::SmallVec::from_elem(0, host.shape.rank())),
+            zero_padded: false,
         });
         Ok(t)
     }

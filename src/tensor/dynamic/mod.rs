@@ -68,6 +68,10 @@ pub(super) struct V {
     pub mask: u32,
     /// Declared maximum per axis, 0 for none.
     pub limit: Shape,
+    /// Every padding element is zero (see [`Logical::zero_padded`]); true
+    /// of a value without padding. Only [`slice::cat`] sets it on a value
+    /// with padding; every other op's result leaves it false.
+    pub zero_pad: bool,
 }
 
 impl V {
@@ -79,12 +83,14 @@ impl V {
                 shape: l.shape.clone(),
                 mask: l.mask,
                 limit: l.limit.clone(),
+                zero_pad: l.zero_padded,
             },
             None => V {
                 t: t.0.clone(),
                 shape: t.0.shape.clone(),
                 mask: 0,
                 limit: Shape(SmallVec::from_elem(0, t.0.shape.rank())),
+                zero_pad: true,
             },
         }
     }
@@ -117,6 +123,7 @@ impl V {
                 shape: self.shape,
                 mask: self.mask,
                 limit: self.limit,
+                zero_padded: self.zero_pad,
             });
         }
         Tensor(self.t)
@@ -249,7 +256,57 @@ impl Tensor {
             shape: v.shape,
             mask: v.mask | (1 << a),
             limit,
+            // Its only padding is then the zero fill just added.
+            zero_pad: v.mask == 0 && !crate::config::poison_padding(),
         }
         .into_tensor())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::V;
+    use crate::{set_poison_padding, Device, Tensor};
+
+    fn row(d: &Device, v: f32) -> Tensor {
+        Tensor::from_slice(&[v; 4], &[1, 4], d).unwrap()
+    }
+
+    /// A cache declared dynamic and grown by `cat` has zero padding (its
+    /// contractions skip the mask); cut by `narrow` it holds the cut rows,
+    /// and so does what grows from it; poisoned padding is never zero.
+    #[test]
+    fn zero_padding_is_known_only_where_it_holds() {
+        let d = Device::interpreter();
+        let zero = |t: &Tensor| V::of(t).zero_pad;
+        let c = row(&d, 1.0).mark_dynamic(0, 16).unwrap();
+        assert!(zero(&c));
+        let rows = [2.0, 3.0, 4.0, 5.0].map(|v| row(&d, v));
+        let grown = Tensor::cat(&[&c, &rows[0], &rows[1], &rows[2], &rows[3]], 0).unwrap();
+        assert_eq!(grown.dynamic_axes(), vec![(0, 16)]);
+        assert!(zero(&grown), "a cache grown into zero fill");
+        // A length that changes at one site from one flush to the next
+        // makes the cut dynamic.
+        let cut = [3, 4, 3]
+            .map(|keep| {
+                let t = grown.narrow(0, 0, keep).unwrap();
+                crate::sync();
+                t
+            })
+            .into_iter()
+            .last()
+            .unwrap();
+        assert!(!cut.dynamic_axes().is_empty());
+        assert!(!zero(&cut), "a cut cache holds the cut rows");
+        // Growth from it is exact here (a new site) or, padded, not zero.
+        let regrown = Tensor::cat(&[&cut, &row(&d, 4.0)], 0).unwrap();
+        assert!(regrown.dynamic_axes().is_empty() || !zero(&regrown));
+        let two = Tensor::cat(&[&grown, &grown], 0).unwrap();
+        assert!(!zero(&two), "a dynamic operand written into the buffer");
+        set_poison_padding(true);
+        let p = row(&d, 1.0).mark_dynamic(0, 16).unwrap();
+        let pg = Tensor::cat(&[&p, &row(&d, 2.0)], 0).unwrap();
+        set_poison_padding(false);
+        assert!(!zero(&p) && !zero(&pg), "poisoned padding");
     }
 }

@@ -7,7 +7,9 @@
 //! - reductions, extrema and argmax over a dynamic axis first replace the
 //!   padding by the reduction's identity; `mean` divides by the length;
 //! - a matmul contracting over a dynamic axis zeroes the padding of both
-//!   operands (a select, so NaN padding cannot leak);
+//!   operands (a select, so NaN padding cannot leak), except an operand
+//!   whose padding is zero already (a cache grown by `cat`: see
+//!   `V::zero_pad`);
 //! - `cat` along a dynamic axis writes each later operand into the first
 //!   one's buffer with `dynamic_update_slice` at its run-time offset;
 //! - `narrow` on a dynamic axis, or at a start that changes, is a
@@ -90,6 +92,7 @@ pub(crate) fn apply(
                 shape,
                 mask,
                 limit,
+                zero_pad: false,
             }
         }
         Op::ShardingConstraint(_) => {
@@ -101,6 +104,7 @@ pub(crate) fn apply(
                 shape,
                 mask: x.mask,
                 limit: x.limit.clone(),
+                zero_pad: false,
             }
         }
         Op::Slice { axis, start, len } => narrow(&ctx, v(0), *axis, *start, *len, site)?,
@@ -198,6 +202,7 @@ pub(crate) fn nullary(
         shape,
         mask: site_mask & ((1u32 << rank) - 1),
         limit: Shape(SmallVec::from_elem(0, rank)),
+        zero_pad: false,
     }
     .into_tensor())
 }
@@ -277,6 +282,7 @@ pub(super) fn result(
         shape: shape.clone(),
         mask,
         limit,
+        zero_pad: false,
     }
 }
 
@@ -345,6 +351,7 @@ fn reduced_view(
         shape: r.clone(),
         mask,
         limit: Shape(limit),
+        zero_pad: false,
     }
 }
 
@@ -465,6 +472,7 @@ fn reshape(ctx: &Ctx<'_>, x: &V, r: &Shape) -> Result<V> {
         shape: r.clone(),
         mask,
         limit,
+        zero_pad: false,
     })
 }
 
@@ -481,8 +489,16 @@ fn matmul(ctx: &Ctx<'_>, a: &V, b: &V, r: &Shape) -> Result<V> {
         let k = a.len(ka);
         ta = pad_to(ctx, &ta, ka, cap, ka)?;
         tb = pad_to(ctx, &tb, kb, cap, kb)?;
-        ta = mask(ctx, &ta, ka, k, Literal::Int(0))?;
-        tb = mask(ctx, &tb, kb, k, Literal::Int(0))?;
+        // An operand whose padding is all zero (a cache grown by `cat`, or
+        // a static operand zero-filled to the capacity just now) adds only
+        // `x * 0` terms where the other, masked operand holds zeros too.
+        let zero_fill = !crate::config::poison_padding();
+        if !(zero_fill && a.zero_pad) {
+            ta = mask(ctx, &ta, ka, k, Literal::Int(0))?;
+        }
+        if !(zero_fill && b.zero_pad) {
+            tb = mask(ctx, &tb, kb, k, Literal::Int(0))?;
+        }
     }
     let t = ctx.rec(Op::MatMul, &[P::T(ta), P::T(tb)])?;
     let m = a

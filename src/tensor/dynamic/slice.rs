@@ -29,6 +29,7 @@ pub(super) fn narrow(
         shape,
         mask: x.mask & !(1 << axis),
         limit: x.limit.clone(),
+        zero_pad: false,
     };
     out.limit.0[axis] = 0;
     if !runtime {
@@ -144,6 +145,19 @@ pub(super) fn cat(ctx: &Ctx<'_>, vs: &[&V], axis: usize, r: &Shape, site: u32) -
     if slack > 0 {
         buf = pad_to(ctx, &buf, axis, cap, axis)?;
     }
+    // All padding is zero when the buffer's only padding is along `axis`
+    // and came from zero fill, the first operand's own or `pad_to`'s, and
+    // only static operands were written into it, at logical offsets: a
+    // growing cache, whose contractions then need no mask on it.
+    let zero_pad = !crate::config::poison_padding()
+        && slack == 0
+        && (!vs[0].is_dyn(axis) || vs[0].zero_pad)
+        && axes
+            .iter()
+            .enumerate()
+            .all(|(a, ax)| a == axis || ax.is_none());
     axes[axis] = Some((cap, limit));
-    Ok(result(buf, r, &axes))
+    let mut out = result(buf, r, &axes);
+    out.zero_pad = zero_pad;
+    Ok(out)
 }
