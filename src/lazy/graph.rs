@@ -218,7 +218,7 @@ enum Resolved {
 /// inferred result) into this thread's graph for `device`.
 pub(crate) fn record(
     device: &Device,
-    op: Op,
+    mut op: Op,
     inputs: &[impl LazyArg],
     shape: &Shape,
     dtype: DType,
@@ -236,7 +236,6 @@ pub(crate) fn record(
     // `memcpy` call. Moved out by `mem::replace`, a whole aligned copy:
     // `Option::take` copied it around its tag byte in unaligned pieces, and
     // the graph's wide reads of that copy could not be forwarded from them.
-    let mut op = op;
     // The new value and what to flush, written by the closure here rather
     // than returned through the thread-local's `Result` wrappers, which
     // moved them with wide loads of narrower stores (a stall per op).

@@ -88,9 +88,10 @@ pub(crate) struct Logical {
     pub mask: u32,
     /// Per axis, the declared maximum (`mark_dynamic`), 0 for none.
     pub limit: Shape,
-    /// Every element past a logical length is zero (a cache grown by `cat`
-    /// into a zero-filled capacity buffer), so a contraction over it needs
-    /// no mask on this operand. Never set with poisoned padding.
+    /// Every element past a logical length is zero (a cache declared with
+    /// `mark_dynamic` or grown by `cat` into a zero-filled capacity buffer),
+    /// so a contraction over it needs no mask on this operand. Never set
+    /// with poisoned padding.
     pub zero_padded: bool,
 }
 

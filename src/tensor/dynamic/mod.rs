@@ -69,8 +69,9 @@ pub(super) struct V {
     /// Declared maximum per axis, 0 for none.
     pub limit: Shape,
     /// Every padding element is zero (see [`Logical::zero_padded`]); true
-    /// of a value without padding. Only [`slice::cat`] sets it on a value
-    /// with padding; every other op's result leaves it false.
+    /// of a value without padding. Only [`slice::cat`] and
+    /// [`Tensor::mark_dynamic`] set it on a value with padding; every other
+    /// op's result leaves it false.
     pub zero_pad: bool,
 }
 
@@ -256,8 +257,8 @@ impl Tensor {
             shape: v.shape,
             mask: v.mask | (1 << a),
             limit,
-            // Its only padding is then the zero fill just added.
-            zero_pad: v.mask == 0 && !crate::config::poison_padding(),
+            // Zero fill added to padding that was zero (or absent).
+            zero_pad: v.zero_pad && !crate::config::poison_padding(),
         }
         .into_tensor())
     }

@@ -145,13 +145,13 @@ pub(super) fn cat(ctx: &Ctx<'_>, vs: &[&V], axis: usize, r: &Shape, site: u32) -
     if slack > 0 {
         buf = pad_to(ctx, &buf, axis, cap, axis)?;
     }
-    // All padding is zero when the buffer's only padding is along `axis`
-    // and came from zero fill, the first operand's own or `pad_to`'s, and
-    // only static operands were written into it, at logical offsets: a
-    // growing cache, whose contractions then need no mask on it.
+    // All padding is zero when the buffer's only padding is along `axis`,
+    // the first operand's padding (if any) was zero and `pad_to` added zero
+    // fill, and only static operands were written into it, at logical
+    // offsets: a growing cache, whose contractions then need no mask on it.
     let zero_pad = !crate::config::poison_padding()
         && slack == 0
-        && (!vs[0].is_dyn(axis) || vs[0].zero_pad)
+        && vs[0].zero_pad
         && axes
             .iter()
             .enumerate()
