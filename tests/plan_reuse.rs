@@ -12,6 +12,7 @@ use lazyfuse::{FusionGuard, Tensor};
 
 test_device!(
     a_loop_replays_its_plan_with_new_scalars,
+    scalars_reaching_one_zero_or_minus_one_compile_nothing_new,
     other_shapes_and_wiring_plan_afresh,
     scalars_of_two_dtypes_and_a_donated_buffer,
 );
@@ -56,6 +57,55 @@ fn a_loop_replays_its_plan_with_new_scalars() {
     assert!(
         reused >= (steps - 1) as u64,
         "{reused} of {steps} flushes replayed a plan"
+    );
+}
+
+/// Host scalars that come to equal 1, -1 or 0 (Adam's bias correction
+/// `1 - 0.9^t` is exactly 1 from step 356 on, a warm-up factor reaches 1,
+/// a position offset starts at 0) are lifted like any other value: after
+/// the first step nothing compiles again, and every step reads its own
+/// values, float and integer.
+fn scalars_reaching_one_zero_or_minus_one_compile_nothing_new() {
+    let _l = metrics_lock();
+    let _f = FusionGuard::new(true);
+    let d = dev();
+    let xs: Vec<f32> = (0..16).map(|i| i as f32 * 0.5 - 4.0).collect();
+    let x = Tensor::from_slice(&xs, &[16], &d).unwrap();
+    let is: Vec<i32> = (0..16).map(|i| i * 3 - 20).collect();
+    let xi = Tensor::from_slice(&is, &[16], &d).unwrap();
+    let steps = [
+        (0.75, 2),
+        (1.0, 1),
+        (-1.0, -1),
+        (0.0, 0),
+        (-0.0, 1),
+        (3.0, -1),
+        (1.0, 0),
+    ];
+    let mut compiles = Vec::new();
+    for &(c, k) in &steps {
+        let before = snapshot().compiles;
+        let y = x.mul_scalar(c).unwrap().add_scalar(c).unwrap();
+        let z = xi
+            .add_scalar(k as f64)
+            .unwrap()
+            .mul_scalar(k as f64)
+            .unwrap();
+        let (got_y, got_z) = (host(&y), z.to_vec::<i32>().unwrap());
+        compiles.push(snapshot().compiles - before);
+        for (g, x) in got_y.iter().zip(&xs) {
+            let want = x * c as f32 + c as f32;
+            assert!(
+                (g - want).abs() <= 1e-6 * want.abs().max(1.0),
+                "{c}: {g} vs {want}"
+            );
+        }
+        let want_z: Vec<i32> = is.iter().map(|i| (i + k) * k).collect();
+        assert_eq!(got_z, want_z, "{k}");
+    }
+    assert!(
+        compiles[1..].iter().all(|&c| c == 0),
+        "compiles per step {compiles:?}"
     );
 }
 

@@ -159,6 +159,12 @@ mod tests {
 
     /// `exp(x * c) + x` with a scalar `c`; returns the graph and its result.
     fn scaled(c: f64, extra: bool) -> (Graph, NodeId) {
+        scaled_by(c, Shape::scalar(), extra)
+    }
+
+    /// [`scaled`] with `c` a constant of `shape` (of rank 1: baked into
+    /// the code, not lifted).
+    fn scaled_by(c: f64, shape: Shape, extra: bool) -> (Graph, NodeId) {
         let here = Location::caller();
         let mut g = Graph::new();
         let x = g
@@ -175,7 +181,7 @@ mod tests {
             .push(
                 Op::Constant {
                     value: Literal::Float(c),
-                    shape: Shape::scalar(),
+                    shape,
                     dtype: DType::F32,
                 },
                 &[],
@@ -194,12 +200,17 @@ mod tests {
         let mut cache = PlanCache::new(4);
         let opts = PlanOptions::default();
         let (g1, r1) = scaled(0.5, false);
-        let (g2, r2) = scaled(0.25, false);
         let (p1, hit1) = cache.plan(&g1, &[r1], &[], &opts);
-        let (p2, hit2) = cache.plan(&g2, &[r2], &[], &opts);
-        assert!(!hit1 && hit2);
-        assert_eq!(*p2, plan_with_donation(&g2, &[r2], &[], &opts));
-        assert!(Arc::ptr_eq(&p1, &p2));
+        assert!(!hit1);
+        // 1, -1 and 0 too: a value that reaches one of them mid-loop does
+        // not change the code.
+        for c in [0.25, 1.0, -1.0, 0.0] {
+            let (g2, r2) = scaled(c, false);
+            let (p2, hit2) = cache.plan(&g2, &[r2], &[], &opts);
+            assert!(hit2, "{c}");
+            assert_eq!(*p2, plan_with_donation(&g2, &[r2], &[], &opts));
+            assert!(Arc::ptr_eq(&p1, &p2));
+        }
     }
 
     #[test]
@@ -211,13 +222,16 @@ mod tests {
         let (w, rw) = scaled(0.5, true);
         assert_eq!(g.len(), w.len());
         assert_ne!(g.structure(), w.structure());
-        // 1.0 is baked into the code, not lifted.
-        let (b, rb) = scaled(1.0, false);
+        // A constant of rank 1 is baked into the code, not lifted: its
+        // value is part of the key.
+        let (b, rb) = scaled_by(0.5, Shape::new(&[1]), false);
+        let (b2, rb2) = scaled_by(0.25, Shape::new(&[1]), false);
         let x = NodeId::new(0);
         let e = NodeId::new(3);
         assert!(!cache.plan(&g, &[r], &[], &opts).1);
         assert!(!cache.plan(&w, &[rw], &[], &opts).1);
         assert!(!cache.plan(&b, &[rb], &[], &opts).1);
+        assert!(!cache.plan(&b2, &[rb2], &[], &opts).1);
         assert!(!cache.plan(&g, &[r, e], &[], &opts).1);
         assert!(!cache.plan(&g, &[r], &[x], &opts).1);
         let unfused = PlanOptions {
@@ -226,14 +240,18 @@ mod tests {
         };
         assert!(!cache.plan(&g, &[r], &[], &unfused).1);
         assert!(cache.plan(&g, &[r], &[x], &opts).1);
-        assert_eq!(cache.misses(), 6);
+        assert_eq!(cache.misses(), 7);
     }
 
     #[test]
     fn the_cache_is_bounded() {
         let opts = PlanOptions::default();
         let mut cache = PlanCache::new(2);
-        let graphs = [scaled(0.5, false), scaled(0.5, true), scaled(1.0, false)];
+        let graphs = [
+            scaled(0.5, false),
+            scaled(0.5, true),
+            scaled_by(0.5, Shape::new(&[1]), false),
+        ];
         for (g, r) in &graphs {
             cache.plan(g, &[*r], &[], &opts);
         }

@@ -354,16 +354,25 @@ mod tests {
                 assert_eq!((a, b), (want, want));
             }
         }
-        // Baked-in constants and other dtypes hash apart.
-        let one = Op::Constant {
-            value: Literal::Float(1.0),
+        // Every number is lifted, 1 and 0 included; a boolean is baked in
+        // and hashes apart, as do other dtypes.
+        for value in [Literal::Float(1.0), Literal::Float(-1.0), Literal::Int(0)] {
+            let c = Op::Constant {
+                value,
+                shape: Shape::scalar(),
+                dtype: DType::F32,
+            };
+            assert!(c.is_liftable_scalar());
+        }
+        let yes = Op::Constant {
+            value: Literal::Bool(true),
             shape: Shape::scalar(),
-            dtype: DType::F32,
+            dtype: DType::Bool,
         };
-        assert!(!one.is_liftable_scalar());
+        assert!(!yes.is_liftable_scalar());
         let f32_lifted = lifted_scalar_hash(DType::F32);
         assert_ne!(
-            node_hash(&one, &[], &Shape::scalar(), DType::F32),
+            node_hash(&yes, &[], &Shape::scalar(), DType::Bool),
             f32_lifted
         );
         assert_ne!(lifted_scalar_hash(DType::F64), f32_lifted);

@@ -327,10 +327,14 @@ impl Op {
 
     /// True for a rank-0 constant whose value the planner turns into a region
     /// parameter ("scalar lifting"), so a changing learning rate or
-    /// bias-correction factor never recompiles. 1 and -1 stay baked in, and
-    /// so does an integer 0. A floating-point zero is lifted: XLA folds
-    /// `x + 0` and `x - 0` against a literal zero of either sign into `x`,
-    /// which is wrong for `x = -0` (IEEE: `-0 + 0 = +0`).
+    /// bias-correction factor never recompiles. Every value is lifted, 0, 1
+    /// and -1 included: a host scalar that reaches one of them (Adam's bias
+    /// correction `1 - 0.9^t` is exactly 1 from step 356; a warm-up factor
+    /// `min(1, step / warmup)`; a position offset of 0 or 1) would otherwise
+    /// change the region's code and compile it again in the middle of a
+    /// loop. Baking them in bought nothing measurable: the XLA backend
+    /// compiles with its algebraic simplifier off, so `x * 1` is computed
+    /// either way. Only booleans, of which there are two, stay literal.
     pub fn is_liftable_scalar(&self) -> bool {
         match self {
             Op::Constant {
@@ -338,18 +342,7 @@ impl Op {
                 shape,
                 ..
             } => shape.rank() == 0,
-            Op::Constant {
-                value,
-                shape,
-                dtype,
-            } => {
-                let v = value.as_f64();
-                shape.rank() == 0
-                    && *dtype != DType::Bool
-                    && v != 1.0
-                    && v != -1.0
-                    && (v != 0.0 || dtype.is_float())
-            }
+            Op::Constant { shape, dtype, .. } => shape.rank() == 0 && *dtype != DType::Bool,
             _ => false,
         }
     }
