@@ -8,11 +8,12 @@
 mod common;
 use common::{dev, metrics_lock};
 use lazyfuse::metrics::snapshot;
-use lazyfuse::{FusionGuard, Tensor};
+use lazyfuse::{DType, FusionGuard, Tensor};
 
 test_device!(
     a_loop_replays_its_plan_with_new_scalars,
     scalars_reaching_one_zero_or_minus_one_compile_nothing_new,
+    a_moving_arange_start_compiles_nothing_new,
     other_shapes_and_wiring_plan_afresh,
     scalars_of_two_dtypes_and_a_donated_buffer,
 );
@@ -105,6 +106,40 @@ fn scalars_reaching_one_zero_or_minus_one_compile_nothing_new() {
     }
     assert!(
         compiles[1..].iter().all(|&c| c == 0),
+        "compiles per step {compiles:?}"
+    );
+}
+
+/// `arange`'s start and step are host scalars, not code: the position ids
+/// `arange(pos, pos + 1)` of a decoding loop, and a float range with a
+/// moving fractional start, compile nothing after warm-up; the values are
+/// `start + i * step` computed in f64 and rounded once.
+fn a_moving_arange_start_compiles_nothing_new() {
+    let _l = metrics_lock();
+    let _f = FusionGuard::new(true);
+    let d = dev();
+    let rows: Vec<f32> = (0..64).map(|i| i as f32).collect();
+    let table = Tensor::from_slice(&rows, &[16, 4], &d).unwrap();
+    let mut compiles = Vec::new();
+    for pos in 0..10usize {
+        let before = snapshot().compiles;
+        let ids = Tensor::arange(pos as f64, (pos + 2) as f64, DType::I64, &d).unwrap();
+        let picked = host(&table.index_select(0, &ids).unwrap());
+        let (start, step) = (0.1 * pos as f64 - 0.35, 0.3 + 0.05 * pos as f64);
+        let xs = Tensor::arange_step(start, start + 5.0 * step, step, DType::F32, &d).unwrap();
+        let got = host(&xs);
+        compiles.push(snapshot().compiles - before);
+        assert_eq!(picked, rows[4 * pos..4 * pos + 8].to_vec(), "rows at {pos}");
+        let want: Vec<f32> = (0..got.len())
+            .map(|i| (start + i as f64 * step) as f32)
+            .collect();
+        assert_eq!(got.len(), 5, "length at {pos}");
+        assert_eq!(got, want, "values at {pos}");
+    }
+    // Warm-up: `ids`, alive but never read, is left out of the outputs
+    // from the third step on (one more compile).
+    assert!(
+        compiles[3..].iter().all(|&c| c == 0),
         "compiles per step {compiles:?}"
     );
 }

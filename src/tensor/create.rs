@@ -154,13 +154,37 @@ impl Tensor {
             ));
         }
         let len = ((end - start) / step).ceil().max(0.0) as usize;
-        let op = Op::Arange {
-            start: literal_for(start, dtype),
-            step: literal_for(step, dtype),
-            len,
-            dtype,
+        // `start + i * step`, in f64 (rounded once into a float dtype) or
+        // in wrapping i64, as `Op::Arange` defines it; but with `start` and
+        // `step` recorded as host scalars (region parameters) on an `i`
+        // that only depends on the length, so that a moving start (the
+        // position ids `arange(past, past + t)` of a decoding loop)
+        // compiles nothing new. As attributes of the op they were part of
+        // the code: one compile per step.
+        let wide = if dtype.is_float() {
+            DType::F64
+        } else {
+            DType::I64
         };
-        Tensor::apply_nullary("arange", op, device, loc)
+        let (start, step) = if dtype.is_float() {
+            (start, step)
+        } else {
+            let int = |v: f64| literal_for(v, dtype).as_i64() as f64;
+            (int(start), int(step))
+        };
+        let iota = Op::Arange {
+            start: literal_for(0.0, wide),
+            step: literal_for(1.0, wide),
+            len,
+            dtype: wide,
+        };
+        let i = Tensor::apply_nullary("arange", iota, device, loc)?;
+        let v = i.mul_scalar(step)?.add_scalar(start)?;
+        if dtype == wide {
+            Ok(v)
+        } else {
+            v.to_dtype(dtype)
+        }
     }
 
     /// Uniform `[0, 1)` f32 values from `seed` (deterministic, generated on the host).
