@@ -14,6 +14,7 @@ test_device!(
     a_loop_replays_its_plan_with_new_scalars,
     scalars_reaching_one_zero_or_minus_one_compile_nothing_new,
     a_moving_arange_start_compiles_nothing_new,
+    a_full_tensor_of_a_moving_value_compiles_nothing_new,
     other_shapes_and_wiring_plan_afresh,
     scalars_of_two_dtypes_and_a_donated_buffer,
 );
@@ -137,6 +138,33 @@ fn a_moving_arange_start_compiles_nothing_new() {
         assert_eq!(got, want, "values at {pos}");
     }
     // Warm-up: `ids`, alive but never read, is left out of the outputs
+    // from the third step on (one more compile).
+    assert!(
+        compiles[3..].iter().all(|&c| c == 0),
+        "compiles per step {compiles:?}"
+    );
+}
+
+/// `full(v, dims)` is a lifted scalar broadcast to `dims`: a fill value
+/// that changes every step (zeros and ones among them) compiles nothing
+/// new after warm-up.
+fn a_full_tensor_of_a_moving_value_compiles_nothing_new() {
+    let _l = metrics_lock();
+    let _f = FusionGuard::new(true);
+    let d = dev();
+    let xs: Vec<f32> = (0..12).map(|i| i as f32 - 5.5).collect();
+    let x = Tensor::from_slice(&xs, &[3, 4], &d).unwrap();
+    let mut compiles = Vec::new();
+    let values = [0.5, 0.0, 1.0, -2.25, 1.0, 7.0, 0.0, -1.0];
+    for (step, v) in values.into_iter().enumerate() {
+        let before = snapshot().compiles;
+        let fill = Tensor::full(v, &[3, 4], DType::F32, &d).unwrap();
+        let got = host(&x.mul(&fill).unwrap());
+        compiles.push(snapshot().compiles - before);
+        let want: Vec<f32> = xs.iter().map(|x| x * v as f32).collect();
+        assert_eq!(got, want, "step {step}");
+    }
+    // Warm-up: `fill`, alive but never read, is left out of the outputs
     // from the third step on (one more compile).
     assert!(
         compiles[3..].iter().all(|&c| c == 0),

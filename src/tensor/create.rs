@@ -97,12 +97,20 @@ impl Tensor {
     /// A tensor filled with `value` (converted to `dtype`; must be representable).
     #[track_caller]
     pub fn full(value: f64, dims: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
+        // A rank-0 constant (a lifted host scalar, not code) broadcast to
+        // `dims`: a value that changes from step to step compiles nothing
+        // new. As a constant of the full shape it was part of the code.
         let op = Op::Constant {
             value: literal_for(value, dtype),
-            shape: Shape::new(dims),
+            shape: Shape::scalar(),
             dtype,
         };
-        Tensor::apply_nullary("full", op, device, Location::caller())
+        let v = Tensor::apply_nullary("full", op, device, Location::caller())?;
+        if dims.is_empty() {
+            Ok(v)
+        } else {
+            v.broadcast_to(dims)
+        }
     }
 
     /// A tensor of zeros.
