@@ -23,6 +23,28 @@ fn host(t: &Tensor) -> Vec<f32> {
     t.to_vec::<f32>().unwrap()
 }
 
+/// Runs `step` on each of `inputs` and asserts that nothing compiles from
+/// step `warm` on (the steps before it may compile, and may leave out a
+/// value the loop never reads).
+fn assert_warm_after<T: Copy + std::fmt::Debug>(
+    warm: usize,
+    inputs: &[T],
+    mut step: impl FnMut(T),
+) {
+    let compiles: Vec<u64> = inputs
+        .iter()
+        .map(|&x| {
+            let before = snapshot().compiles;
+            step(x);
+            snapshot().compiles - before
+        })
+        .collect();
+    assert!(
+        compiles[warm..].iter().all(|&c| c == 0),
+        "compiles per step {compiles:?} for {inputs:?}"
+    );
+}
+
 /// An Adam-like update whose scalars change every step (as bias
 /// corrections do): after the first step, every flush is replayed, and
 /// the values follow the host's arithmetic.
@@ -84,9 +106,7 @@ fn scalars_reaching_one_zero_or_minus_one_compile_nothing_new() {
         (3.0, -1),
         (1.0, 0),
     ];
-    let mut compiles = Vec::new();
-    for &(c, k) in &steps {
-        let before = snapshot().compiles;
+    assert_warm_after(1, &steps, |(c, k)| {
         let y = x.mul_scalar(c).unwrap().add_scalar(c).unwrap();
         let z = xi
             .add_scalar(k as f64)
@@ -94,7 +114,6 @@ fn scalars_reaching_one_zero_or_minus_one_compile_nothing_new() {
             .mul_scalar(k as f64)
             .unwrap();
         let (got_y, got_z) = (host(&y), z.to_vec::<i32>().unwrap());
-        compiles.push(snapshot().compiles - before);
         for (g, x) in got_y.iter().zip(&xs) {
             let want = x * c as f32 + c as f32;
             assert!(
@@ -104,11 +123,7 @@ fn scalars_reaching_one_zero_or_minus_one_compile_nothing_new() {
         }
         let want_z: Vec<i32> = is.iter().map(|i| (i + k) * k).collect();
         assert_eq!(got_z, want_z, "{k}");
-    }
-    assert!(
-        compiles[1..].iter().all(|&c| c == 0),
-        "compiles per step {compiles:?}"
-    );
+    });
 }
 
 /// `arange`'s start and step are host scalars, not code: the position ids
@@ -121,28 +136,22 @@ fn a_moving_arange_start_compiles_nothing_new() {
     let d = dev();
     let rows: Vec<f32> = (0..64).map(|i| i as f32).collect();
     let table = Tensor::from_slice(&rows, &[16, 4], &d).unwrap();
-    let mut compiles = Vec::new();
-    for pos in 0..10usize {
-        let before = snapshot().compiles;
+    // Warm-up: `ids`, alive but never read, is left out of the outputs
+    // from the third step on (one more compile).
+    let positions: Vec<usize> = (0..10).collect();
+    assert_warm_after(3, &positions, |pos| {
         let ids = Tensor::arange(pos as f64, (pos + 2) as f64, DType::I64, &d).unwrap();
         let picked = host(&table.index_select(0, &ids).unwrap());
         let (start, step) = (0.1 * pos as f64 - 0.35, 0.3 + 0.05 * pos as f64);
         let xs = Tensor::arange_step(start, start + 5.0 * step, step, DType::F32, &d).unwrap();
         let got = host(&xs);
-        compiles.push(snapshot().compiles - before);
         assert_eq!(picked, rows[4 * pos..4 * pos + 8].to_vec(), "rows at {pos}");
         let want: Vec<f32> = (0..got.len())
             .map(|i| (start + i as f64 * step) as f32)
             .collect();
         assert_eq!(got.len(), 5, "length at {pos}");
         assert_eq!(got, want, "values at {pos}");
-    }
-    // Warm-up: `ids`, alive but never read, is left out of the outputs
-    // from the third step on (one more compile).
-    assert!(
-        compiles[3..].iter().all(|&c| c == 0),
-        "compiles per step {compiles:?}"
-    );
+    });
 }
 
 /// `full(v, dims)` is a lifted scalar broadcast to `dims`: a fill value
@@ -154,22 +163,15 @@ fn a_full_tensor_of_a_moving_value_compiles_nothing_new() {
     let d = dev();
     let xs: Vec<f32> = (0..12).map(|i| i as f32 - 5.5).collect();
     let x = Tensor::from_slice(&xs, &[3, 4], &d).unwrap();
-    let mut compiles = Vec::new();
-    let values = [0.5, 0.0, 1.0, -2.25, 1.0, 7.0, 0.0, -1.0];
-    for (step, v) in values.into_iter().enumerate() {
-        let before = snapshot().compiles;
-        let fill = Tensor::full(v, &[3, 4], DType::F32, &d).unwrap();
-        let got = host(&x.mul(&fill).unwrap());
-        compiles.push(snapshot().compiles - before);
-        let want: Vec<f32> = xs.iter().map(|x| x * v as f32).collect();
-        assert_eq!(got, want, "step {step}");
-    }
     // Warm-up: `fill`, alive but never read, is left out of the outputs
     // from the third step on (one more compile).
-    assert!(
-        compiles[3..].iter().all(|&c| c == 0),
-        "compiles per step {compiles:?}"
-    );
+    let values = [0.5, 0.0, 1.0, -2.25, 1.0, 7.0, 0.0, -1.0];
+    assert_warm_after(3, &values, |v| {
+        let fill = Tensor::full(v, &[3, 4], DType::F32, &d).unwrap();
+        let got = host(&x.mul(&fill).unwrap());
+        let want: Vec<f32> = xs.iter().map(|x| x * v as f32).collect();
+        assert_eq!(got, want, "fill {v}");
+    });
 }
 
 /// Flushes that differ in shape or wiring must not share a plan: each gets
