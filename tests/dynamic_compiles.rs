@@ -308,3 +308,48 @@ fn a_fixed_cache_after_changing_prompts_compiles_once_per_bucket() {
     step(5, 9);
     assert_eq!(compiles(), before, "prompts of 7 and 5 compiled");
 }
+
+/// `zeros`, `full` and `arange` of a length that grows every step: `full`
+/// is a scalar broadcast (the broadcast's site makes its axis dynamic) and
+/// `arange` an iota whose site does, so the lengths compile about one
+/// executable per bucket, and a pass over lengths already seen compiles
+/// nothing. Every sum is exact.
+#[test]
+fn creation_ops_of_a_growing_length_compile_once_per_bucket() {
+    let _l = metrics_lock();
+    let d = dev();
+    let f32 = lazyfuse::DType::F32;
+    let step = |n: usize| {
+        let z = Tensor::zeros(&[n, 4], f32, &d).unwrap();
+        let f = Tensor::full(2.5, &[n, 4], f32, &d).unwrap();
+        let r = Tensor::arange(0.0, n as f64, f32, &d).unwrap();
+        let s = z
+            .add(&f)
+            .unwrap()
+            .sum(&[1], false)
+            .unwrap()
+            .add(&r)
+            .unwrap();
+        assert_eq!(s.dims(), vec![n], "the logical length");
+        let got = s.sum_all().unwrap().item::<f32>().unwrap();
+        let want = 10.0 * n as f32 + (n * (n - 1) / 2) as f32;
+        assert_eq!(got, want, "length {n}");
+    };
+    let pass = |lengths: &mut dyn Iterator<Item = usize>| {
+        let before = compiles();
+        lengths.for_each(step);
+        compiles() - before
+    };
+    // Lengths 1 and 2 exact (a length alone in its bucket stays static),
+    // then buckets 4 to 64: the buckets are what compiles.
+    let first = pass(&mut (1..=40));
+    assert!(first <= 8, "40 lengths compiled {first} executables");
+    // Output selection leaves out the locals z, f, r and s (live at the
+    // read, never read) once a site has seen them dropped twice: the
+    // executables compiled before that (bucket 4 and the exact lengths 1
+    // and 2, each the site of its own shape) compile once more.
+    let settle = pass(&mut (1..=40).rev()) + pass(&mut (1..=40));
+    assert!(settle <= 3, "output selection's warm-up compiled {settle}");
+    let after = pass(&mut (1..=40).rev());
+    assert_eq!(after, 0, "a pass over warm lengths compiled");
+}

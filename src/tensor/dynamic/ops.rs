@@ -157,8 +157,9 @@ fn exact(ctx: &Ctx<'_>, v: &V, what: &str) -> Result<V> {
     Ok(V::of(&Tensor(t)))
 }
 
-/// A creation op (`full`, `arange`) at a site whose result axes `mask`
-/// are dynamic: the same op at capacity shape.
+/// An `arange` at a site whose result axis is dynamic (`site_mask`): the
+/// same iota at capacity length. (`full` is a rank-0 constant broadcast
+/// to its shape: the broadcast's own site makes it dynamic.)
 pub(crate) fn nullary(
     op: Op,
     shape: Shape,
@@ -172,28 +173,25 @@ pub(crate) fn nullary(
         loc,
         name: op.name(),
     };
-    let kind = super::sites::kind_of(&op, &shape).map_or(Kind::Full, |(k, _)| k);
-    let mut cap = shape.clone();
-    for (a, d) in cap.0.iter_mut().enumerate() {
-        if site_mask & (1 << a) != 0 {
-            *d = capacity(loc, kind, a, *d);
-        }
-    }
-    let op = match op {
-        Op::Constant { value, .. } => Op::Constant {
-            value,
-            shape: cap,
-            dtype,
-        },
-        Op::Arange {
-            start, step, dtype, ..
-        } => Op::Arange {
-            start,
-            step,
-            len: cap.dims()[0],
-            dtype,
-        },
-        other => other,
+    let Op::Arange {
+        start, step, len, ..
+    } = op
+    else {
+        return Err(crate::Error::internal(format!(
+            "{} has no dynamic form",
+            op.name()
+        )));
+    };
+    let len = if site_mask & 1 != 0 {
+        capacity(loc, Kind::Arange, 0, len)
+    } else {
+        len
+    };
+    let op = Op::Arange {
+        start,
+        step,
+        len,
+        dtype,
     };
     let t = ctx.rec(op, &[])?;
     let rank = shape.rank();

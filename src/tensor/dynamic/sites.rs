@@ -22,8 +22,6 @@ use std::panic::Location;
 pub(crate) enum Kind {
     /// `from_slice` and the other uploads.
     Upload,
-    /// `full`, `zeros`, `ones`.
-    Full,
     /// `arange`.
     Arange,
     /// `cat`.
@@ -180,14 +178,13 @@ pub(crate) fn capacity(
 }
 
 /// The site kind of `op` and its start, for the ops that can start a
-/// dynamic axis (`shape`: the op's logical result).
-pub(crate) fn kind_of(op: &Op, shape: &Shape) -> Option<(Kind, usize)> {
+/// dynamic axis.
+fn kind_of(op: &Op) -> Option<(Kind, usize)> {
     Some(match op {
         Op::Concat { .. } => (Kind::Cat, 0),
         Op::Slice { start, .. } => (Kind::Narrow, *start),
         Op::BroadcastTo(_) => (Kind::Broadcast, 0),
         Op::Arange { .. } => (Kind::Arange, 0),
-        Op::Constant { .. } if shape.rank() > 0 => (Kind::Full, 0),
         _ => return None,
     })
 }
@@ -195,7 +192,7 @@ pub(crate) fn kind_of(op: &Op, shape: &Shape) -> Option<(Kind, usize)> {
 /// What the site of `op` (recorded at `loc`, logical result `shape`) has
 /// learnt, for the ops that can start a dynamic axis; nothing for the rest.
 pub(crate) fn for_op(op: &Op, shape: &Shape, loc: &'static Location<'static>) -> (u32, bool) {
-    match kind_of(op, shape) {
+    match kind_of(op) {
         Some((kind, start)) => observe(loc, kind, shape.dims(), start),
         None => (0, false),
     }
