@@ -312,8 +312,8 @@ fn a_fixed_cache_after_changing_prompts_compiles_once_per_bucket() {
 /// `zeros`, `full` and `arange` of a length that grows every step: `full`
 /// is a scalar broadcast (the broadcast's site makes its axis dynamic) and
 /// `arange` an iota whose site does, so the lengths compile about one
-/// executable per bucket, and a pass over lengths already seen compiles
-/// nothing. Every sum is exact.
+/// executable per bucket and, once output selection has settled, a pass
+/// over lengths already seen compiles nothing. Every sum is exact.
 #[test]
 fn creation_ops_of_a_growing_length_compile_once_per_bucket() {
     let _l = metrics_lock();
