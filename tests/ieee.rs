@@ -105,6 +105,80 @@ fn maximum_and_minimum_propagate_nan_in_either_order() {
     agree(&[&r], &[NAN], |x| x[0].add_scalar(1.0)?.min(&[0], false));
 }
 
+/// Float `max`/`min` reductions are lowered with a plain body, which XLA's
+/// CPU backend vectorises (a NaN-selecting body ran as a scalar loop, 30
+/// times slower). Its loops must then propagate NaN themselves, whatever
+/// the dtype, the axis, the row length against the vector width and the
+/// NaN's place in the row (first, inside a vector, in the tail); fused
+/// with a producer and alone.
+#[test]
+fn max_and_min_reductions_propagate_nan_at_every_position() {
+    let dev = device_of(Backend::Xla);
+    for fuse in [true, false] {
+        let _f = FusionGuard::new(fuse);
+        for dt in [DType::F32, DType::F64, DType::BF16, DType::F16] {
+            for (r, c) in [(5usize, 17usize), (9, 64), (3, 1000), (2, 4099)] {
+                for pos in [0usize, 1, 8, 15, 16, 63, 999, 4098, r * c - 1] {
+                    if pos >= r * c {
+                        continue;
+                    }
+                    let mut v: Vec<f32> =
+                        (0..r * c).map(|i| (i * 37 % 101) as f32 - 50.0).collect();
+                    v[pos] = NAN;
+                    let x = Tensor::from_slice(&v, &[r, c], &dev)
+                        .unwrap()
+                        .to_dtype(dt)
+                        .unwrap();
+                    for axis in [None, Some(0usize), Some(1)] {
+                        let reduce = |max: bool| -> Vec<f32> {
+                            let y = x.mul_scalar(2.0).unwrap();
+                            let y = match (axis, max) {
+                                (None, true) => y.max_all(),
+                                (None, false) => y.min_all(),
+                                (Some(a), true) => y.max(&[a as isize], false),
+                                (Some(a), false) => y.min(&[a as isize], false),
+                            };
+                            y.unwrap().to_dtype(DType::F32).unwrap().to_vec().unwrap()
+                        };
+                        // The output that reduces the NaN, and the host's answer.
+                        let (nan_at, outs) = match axis {
+                            None => (0, 1),
+                            Some(0) => (pos % c, c),
+                            _ => (pos / c, r),
+                        };
+                        let lane = |o: usize| -> Vec<f32> {
+                            match axis {
+                                None => v.clone(),
+                                Some(0) => (0..r).map(|i| v[i * c + o]).collect(),
+                                _ => v[o * c..(o + 1) * c].to_vec(),
+                            }
+                        };
+                        for (max, got) in [(true, reduce(true)), (false, reduce(false))] {
+                            assert_eq!(got.len(), outs);
+                            for (o, g) in got.iter().enumerate() {
+                                let l = lane(o);
+                                let want = if o == nan_at {
+                                    NAN
+                                } else if max {
+                                    2.0 * l.iter().cloned().fold(f32::MIN, f32::max)
+                                } else {
+                                    2.0 * l.iter().cloned().fold(f32::MAX, f32::min)
+                                };
+                                assert_eq!(
+                                    bits(*g),
+                                    bits(want),
+                                    "{dt:?} [{r}, {c}] NaN at {pos}, axis {axis:?}, max {max}, \
+                                     fused {fuse}, output {o}: {g} (want {want})"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// `abs(x) >= 0` was folded to true, which is false for NaN.
 #[test]
 fn abs_of_nan_is_not_non_negative() {

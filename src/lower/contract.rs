@@ -9,6 +9,14 @@ use std::fmt::Write;
 /// Reduction `op` of `x` (shape `in_shape`, dtype `dt`) over `axes`, as one
 /// `stablehlo.reduce` (f32 accumulation for half-precision sums, a division
 /// for `mean`, a reshape to `out_shape` for `keepdim`).
+///
+/// A float `max`/`min` body is the plain `stablehlo.maximum`/`minimum`:
+/// with XLA's fast min/max off (`src/pjrt/options.rs`) XLA's CPU reduction
+/// loops propagate NaN themselves (`tests/ieee.rs` checks every float dtype,
+/// axis and NaN position), and only a plain body is vectorised. A body
+/// that selected NaN operands explicitly ran as a scalar loop: a row max
+/// of `[32, 128, 128]` took 1.55 ms against 0.05 ms for the row sum, and
+/// softmax attention 4.0 ms against jax.jit's 1.3 ms.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn reduce(
     e: &mut Emitter<'_>,
@@ -26,7 +34,7 @@ pub(super) fn reduce(
     if e.spmd && dt.is_float() && matches!(op, ReduceOp::Max | ReduceOp::Min) {
         return spmd_extremum(e, op, x, in_shape, axes, keepdim, out_shape, dt);
     }
-    reduce_body(e, op, x, in_shape, axes, keepdim, out_shape, dt, false)
+    reduce_body(e, op, x, in_shape, axes, keepdim, out_shape, dt)
 }
 
 /// Float sums over more elements than this run in stages (see
@@ -35,8 +43,7 @@ const SPLIT_SUM: usize = 1 << 16;
 /// The length of each stage of a [`staged_sum`].
 const SPLIT_CHUNK: usize = 1024;
 
-/// [`reduce`]'s `stablehlo.reduce`; `plain`: a float max/min body without
-/// the NaN selection (see [`spmd_extremum`]).
+/// [`reduce`]'s `stablehlo.reduce`.
 #[allow(clippy::too_many_arguments)]
 fn reduce_body(
     e: &mut Emitter<'_>,
@@ -47,7 +54,6 @@ fn reduce_body(
     keepdim: bool,
     out_shape: &Shape,
     dt: DType,
-    plain: bool,
 ) -> String {
     // Half-precision sums accumulate in f32, as a serious runtime must.
     let acc =
@@ -69,7 +75,7 @@ fn reduce_body(
     } else if long_sum && !e.spmd && leading_sum_as_dot(in_shape, axes) {
         sum_as_dot(e, &xin, in_shape, axes, acc)
     } else {
-        one_reduce(e, op, &xin, in_shape, axes, acc, plain)
+        one_reduce(e, op, &xin, in_shape, axes, acc)
     };
     let mut v = r;
     if op == ReduceOp::Mean {
@@ -133,7 +139,6 @@ fn one_reduce(
     in_shape: &Shape,
     axes: &[usize],
     acc: DType,
-    plain: bool,
 ) -> String {
     let flat = lazyfuse_ir::reduced_shape(in_shape, axes, false);
     let init = e.constant(op.identity(acc), &Shape::scalar(), acc);
@@ -144,24 +149,9 @@ fn one_reduce(
     };
     let r = e.fresh();
     let st = ty(&Shape::scalar(), acc);
-    let sb = ty(&Shape::scalar(), DType::Bool);
-    // Float max/min select NaN operands explicitly (see `extremum`).
-    let combine = if acc.is_float() && body != "stablehlo.add" && !plain {
-        let ne = compare_attr(CmpOp::Ne, acc);
-        format!(
-            "      {r}an = \"stablehlo.compare\"({r}a, {r}a) {{{ne}}} : ({st}, {st}) -> {sb}\n      {r}bn = \"stablehlo.compare\"({r}b, {r}b) {{{ne}}} : ({st}, {st}) -> {sb}\n      {r}d = \"stablehlo.select\"({r}bn, {r}b, {r}m) : ({sb}, {st}, {st}) -> {st}\n      {r}c = \"stablehlo.select\"({r}an, {r}a, {r}d) : ({sb}, {st}, {st}) -> {st}\n"
-        )
-    } else {
-        String::new()
-    };
-    let result = if combine.is_empty() {
-        format!("{r}m")
-    } else {
-        format!("{r}c")
-    };
     let _ = writeln!(
         e.body,
-        "    {r} = \"stablehlo.reduce\"({xin}, {init}) ({{\n    ^bb0({r}a: {st}, {r}b: {st}):\n      {r}m = \"{body}\"({r}a, {r}b) : ({st}, {st}) -> {st}\n{combine}      \"stablehlo.return\"({result}) : ({st}) -> ()\n    }}) {{dimensions = {}}} : ({}, {st}) -> {}",
+        "    {r} = \"stablehlo.reduce\"({xin}, {init}) ({{\n    ^bb0({r}a: {st}, {r}b: {st}):\n      {r}m = \"{body}\"({r}a, {r}b) : ({st}, {st}) -> {st}\n      \"stablehlo.return\"({r}m) : ({st}) -> ()\n    }}) {{dimensions = {}}} : ({}, {st}) -> {}",
         i64_array(axes.iter().copied()),
         ty(in_shape, acc),
         ty(&flat, acc)
@@ -204,20 +194,20 @@ fn staged_sum(e: &mut Emitter<'_>, x: &str, shape: &Shape, axes: &[usize], acc: 
         }
         let s4 = Shape::new(&[outer, chunks, SPLIT_CHUNK, inner]);
         let split = e.reshape(&v, &padded, &s4, acc);
-        v = one_reduce(e, ReduceOp::Sum, &split, &s4, &[2], acc, false);
+        v = one_reduce(e, ReduceOp::Sum, &split, &s4, &[2], acc);
         n = chunks;
         s3 = Shape::new(&[outer, n, inner]);
     }
-    let total = one_reduce(e, ReduceOp::Sum, &v, &s3, &[1], acc, false);
+    let total = one_reduce(e, ReduceOp::Sum, &v, &s3, &[1], acc);
     let flat = lazyfuse_ir::reduced_shape(shape, axes, false);
     e.reshape(&total, &Shape::new(&[outer, inner]), &flat, acc)
 }
 
-/// A float max/min reduction in an SPMD program: XLA's partitioner turns
-/// only plain bodies into all-reduces ("Unsupported reduction computation"
-/// for the NaN-selecting one), so NaN propagation is made separately: the
-/// plain extremum, replaced by NaN where any reduced element is NaN (a
-/// count of NaNs, itself a plain sum).
+/// A float max/min reduction in an SPMD program: the partitioner combines
+/// the devices' partial extrema with an all-reduce, and NaN propagation is
+/// not left to the collective's max: the plain extremum is replaced by NaN
+/// where any reduced element is NaN (a count of NaNs, itself a plain sum,
+/// which all-reduces exactly).
 #[allow(clippy::too_many_arguments)]
 fn spmd_extremum(
     e: &mut Emitter<'_>,
@@ -230,7 +220,7 @@ fn spmd_extremum(
     dt: DType,
 ) -> String {
     let flat = lazyfuse_ir::reduced_shape(in_shape, axes, false);
-    let plain = reduce_body(e, op, x, in_shape, axes, false, &flat, dt, true);
+    let plain = reduce_body(e, op, x, in_shape, axes, false, &flat, dt);
     let b = ty(in_shape, DType::Bool);
     let t = ty(in_shape, dt);
     let isnan = e.op(
