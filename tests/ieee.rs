@@ -107,18 +107,19 @@ fn maximum_and_minimum_propagate_nan_in_either_order() {
 
 /// Float `max`/`min` reductions are lowered with a plain body, which XLA's
 /// CPU backend vectorises (a NaN-selecting body ran as a scalar loop, 30
-/// times slower). Its loops must then propagate NaN themselves, whatever
-/// the dtype, the axis, the row length against the vector width and the
-/// NaN's place in the row (first, inside a vector, in the tail); fused
-/// with a producer and alone.
+/// times slower), and over leading axes as a tree of elementwise extrema.
+/// Both must propagate NaN, whatever the dtype, the axis, the row length
+/// against the vector width, the NaN's place in the row (first, inside a
+/// vector, in the tail) and the row count (padded to a power of two in
+/// the tree, above its limit a reduce); fused with a producer and alone.
 #[test]
 fn max_and_min_reductions_propagate_nan_at_every_position() {
     let dev = device_of(Backend::Xla);
     for fuse in [true, false] {
         let _f = FusionGuard::new(fuse);
         for dt in [DType::F32, DType::F64, DType::BF16, DType::F16] {
-            for (r, c) in [(5usize, 17usize), (9, 64), (3, 1000), (2, 4099)] {
-                for pos in [0usize, 1, 8, 15, 16, 63, 999, 4098, r * c - 1] {
+            for (r, c) in [(5usize, 17usize), (9, 64), (3, 1000), (2, 4099), (1100, 64)] {
+                for pos in [0usize, 1, 8, 15, 16, 63, 999, 4098, 70_000, r * c - 1] {
                     if pos >= r * c {
                         continue;
                     }

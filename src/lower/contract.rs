@@ -1,8 +1,9 @@
-//! Lowering of reductions (NaN-aware extrema, f32 accumulation for half
+//! Lowering of reductions (plain extrema, f32 accumulation for half
 //! types), argmax (a variadic reduce with an associative tie-break) and
 //! batched matmul (`dot_general`, with a single GEMM for shared 2-D weights).
 
 use super::emit::{compare_attr, i64_array, ty, Emitter};
+use super::leading::{extremum_tree, leading_extremum_as_tree, leading_sum_as_dot, sum_as_dot};
 use lazyfuse_ir::{CmpOp, DType, Literal, NodeId, ReduceOp, Shape};
 use std::fmt::Write;
 
@@ -74,6 +75,8 @@ fn reduce_body(
         staged_sum(e, &xin, in_shape, axes, acc)
     } else if long_sum && !e.spmd && leading_sum_as_dot(in_shape, axes) {
         sum_as_dot(e, &xin, in_shape, axes, acc)
+    } else if !long_sum && !e.spmd && leading_extremum_as_tree(op, in_shape, axes) {
+        extremum_tree(e, op, &xin, in_shape, axes, acc)
     } else {
         one_reduce(e, op, &xin, in_shape, axes, acc)
     };
@@ -88,47 +91,6 @@ fn reduce_body(
     } else {
         v
     }
-}
-
-/// The fewest kept elements for which a float sum over leading axes is
-/// lowered as a product with a vector of ones ([`sum_as_dot`]).
-const DOT_SUM_MIN_KEPT: usize = 64;
-
-/// Whether a float sum over `axes` of `shape` runs as [`sum_as_dot`]:
-/// the axes are the leading ones, at least two elements each are summed,
-/// and enough elements are kept for the strided loop to be slow.
-fn leading_sum_as_dot(shape: &Shape, axes: &[usize]) -> bool {
-    let dims = shape.dims();
-    let k = axes.len();
-    let leading = axes.iter().enumerate().all(|(i, &a)| a == i);
-    let n: usize = dims[..k].iter().product();
-    let kept: usize = dims[k..].iter().product();
-    leading && k < dims.len() && n >= 2 && kept >= DOT_SUM_MIN_KEPT
-}
-
-/// A float sum over the leading axes of `x` as a `dot_general` of a vector
-/// of ones with `x` viewed as `[n, kept]`. XLA's CPU backend sums over a
-/// major axis one output at a time down a strided column (a bias gradient,
-/// `[256, 1024]` summed over the batch, took 500 us where the same sum over
-/// the minor axis took 75 us); as a matrix-vector product it runs in its
-/// GEMV kernels, which read the rows in order.
-fn sum_as_dot(e: &mut Emitter<'_>, x: &str, shape: &Shape, axes: &[usize], acc: DType) -> String {
-    let dims = shape.dims();
-    let n: usize = dims[..axes.len()].iter().product();
-    let kept: usize = dims[axes.len()..].iter().product();
-    let s2 = Shape::new(&[n, kept]);
-    let v = e.reshape(x, shape, &s2, acc);
-    let ones = e.constant(Literal::Float(1.0), &Shape::new(&[n]), acc);
-    let attr = "dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [0], rhs_contracting_dimensions = [0]>";
-    let out = Shape::new(&[kept]);
-    let y = e.op(
-        "stablehlo.dot_general",
-        &[(&ones, ty(&Shape::new(&[n]), acc)), (&v, ty(&s2, acc))],
-        attr,
-        &ty(&out, acc),
-    );
-    let flat = lazyfuse_ir::reduced_shape(shape, axes, false);
-    e.reshape(&y, &out, &flat, acc)
 }
 
 /// One `stablehlo.reduce` of `xin` (`in_shape`, dtype `acc`) over `axes`.

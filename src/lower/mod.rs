@@ -11,6 +11,7 @@ mod contract;
 mod emit;
 mod fold;
 mod index;
+mod leading;
 mod ops;
 
 use crate::spmd::SpmdLayout;
