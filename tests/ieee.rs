@@ -180,6 +180,59 @@ fn max_and_min_reductions_propagate_nan_at_every_position() {
     }
 }
 
+/// `argmax` is a maximum and then the first index equal to it or NaN (two
+/// vectorised reductions): it must still pick what the interpreter picks,
+/// the first NaN, the first of tied maxima, `-0` tied with `+0`, a row of
+/// `-inf`, and bf16 subnormals read as zero; fused and unfused.
+#[test]
+fn argmax_picks_the_first_maximum_or_nan_like_the_interpreter() {
+    let (xla, interp) = (device_of(Backend::Xla), device_of(Backend::Interp));
+    for fuse in [true, false] {
+        let _f = FusionGuard::new(fuse);
+        for dt in [
+            DType::F32,
+            DType::F64,
+            DType::BF16,
+            DType::F16,
+            DType::I32,
+            DType::U8,
+        ] {
+            for (r, c) in [(4usize, 5usize), (7, 64), (2, 1030)] {
+                for variant in 0..5 {
+                    let shift = if dt == DType::U8 { 0.0 } else { 6.0 };
+                    let mut v: Vec<f32> = (0..r * c)
+                        .map(|i| ((i * 37 + variant * 11) % 13) as f32 - shift)
+                        .collect();
+                    if dt.is_float() {
+                        match variant {
+                            1 => v[r * c / 2] = NAN,
+                            2 => v[..c].fill(f32::NEG_INFINITY),
+                            3 => (v[0], v[1], v[r * c - 1]) = (NAN, f32::INFINITY, NAN),
+                            4 => {
+                                v.iter_mut().filter(|x| **x == 0.0).for_each(|x| *x = -0.0);
+                                (v[1], v[2]) = (-1e-40, 1e-40);
+                            }
+                            _ => {}
+                        }
+                    }
+                    for (axis, keep) in [(0isize, false), (1, true)] {
+                        let run = |d: &lazyfuse::Device| -> Vec<i64> {
+                            let x = Tensor::from_slice(&v, &[r, c], d).unwrap();
+                            let x = x.to_dtype(dt).unwrap().mul_scalar(1.0).unwrap();
+                            x.argmax(axis, keep).unwrap().to_vec().unwrap()
+                        };
+                        assert_eq!(
+                            run(&xla),
+                            run(&interp),
+                            "{dt:?} [{r}, {c}] variant {variant} axis {axis} fused {fuse}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// `abs(x) >= 0` was folded to true, which is false for NaN.
 #[test]
 fn abs_of_nan_is_not_non_negative() {

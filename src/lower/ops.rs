@@ -572,7 +572,14 @@ fn extremum(e: &mut Emitter<'_>, name: &str, x: &str, y: &str, s: &Shape, dt: DT
 }
 
 /// Comparison `c` of `x` and `y` (shape `s`, operand dtype `dt`), a bool result.
-fn compare(e: &mut Emitter<'_>, c: CmpOp, x: &str, y: &str, s: &Shape, dt: DType) -> String {
+pub(super) fn compare(
+    e: &mut Emitter<'_>,
+    c: CmpOp,
+    x: &str,
+    y: &str,
+    s: &Shape,
+    dt: DType,
+) -> String {
     // XLA's CPU bf16 `EQ`/`NE` see a subnormal at its true value while the
     // ordered compares (and the interpreter) read it as zero, so 9e-41 was
     // neither equal to nor greater than 0. Flush bf16 operands explicitly
