@@ -13,6 +13,7 @@ test_device!(
     bad_backward_and_loss_inputs_are_errors,
     composite_forward_values,
     dropout_rate_scaling_and_mode_independence,
+    gather_with_and_without_autograd_state_agree,
 );
 
 fn t(v: &[f32], dims: &[usize]) -> Tensor {
@@ -206,4 +207,99 @@ fn dropout_rate_scaling_and_mode_independence() {
         .dropout(0.25, &Tensor::seed(3, &d).unwrap(), false)
         .unwrap();
     assert!(eval.to_vec::<f32>().unwrap().iter().all(|&v| v == 1.0));
+}
+
+/// `gather` of a value without autograd state is one `index_select` at flat
+/// offsets; with it, the one-hot form its gradient comes from. Both give
+/// the host's `torch.gather` (indices clamped into range) for every rank,
+/// axis and index dtype, fused and unfused. (Shapes change at each call
+/// here, so after a few calls the dynamic-shape layer pads these values
+/// and the one-hot form serves both: `-0.0` is compared as equal to `+0.0`,
+/// which that form's sum gives.)
+fn gather_with_and_without_autograd_state_agree() {
+    let mut state = 7u64;
+    let mut next = move || {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1);
+        (state >> 33) as i64
+    };
+    for fuse in [true, false] {
+        let _f = FusionGuard::new(fuse);
+        for dims in [vec![7usize], vec![3, 5], vec![2, 3, 4], vec![2, 1, 3, 5]] {
+            for axis in 0..dims.len() {
+                for idt in [DType::I64, DType::I32, DType::U8] {
+                    let numel: usize = dims.iter().product();
+                    let xv: Vec<f32> = (0..numel)
+                        .map(|i| {
+                            if i % 5 == 0 {
+                                -0.0
+                            } else {
+                                i as f32 * 0.5 - 3.0
+                            }
+                        })
+                        .collect();
+                    let mut idims = dims.clone();
+                    idims[axis] = (next() % 4 + 1) as usize;
+                    let n = dims[axis] as i64;
+                    let iv: Vec<i64> = (0..idims.iter().product::<usize>())
+                        .map(|_| next() % (n + 4) - if idt == DType::U8 { 0 } else { 2 })
+                        .collect();
+                    // Host gather: output position -> source offset.
+                    let strides = |d: &[usize]| -> Vec<usize> {
+                        (0..d.len()).map(|k| d[k + 1..].iter().product()).collect()
+                    };
+                    let (xs, is) = (strides(&dims), strides(&idims));
+                    let want: Vec<f32> = (0..iv.len())
+                        .map(|o| {
+                            let off: usize = (0..dims.len())
+                                .map(|d| {
+                                    let c = o / is[d] % idims[d];
+                                    let c = if d == axis {
+                                        iv[o].clamp(0, n - 1) as usize
+                                    } else {
+                                        c
+                                    };
+                                    c * xs[d]
+                                })
+                                .sum();
+                            xv[off]
+                        })
+                        .collect();
+                    let idx = Tensor::from_slice(&iv, &idims, &dev())
+                        .unwrap()
+                        .to_dtype(idt)
+                        .unwrap();
+                    let plain = t(&xv, &dims);
+                    let graded = t(&xv, &dims).with_grad().unwrap();
+                    let got = plain
+                        .gather(axis as isize, &idx)
+                        .unwrap()
+                        .to_vec::<f32>()
+                        .unwrap();
+                    let one_hot = graded
+                        .gather(axis as isize, &idx)
+                        .unwrap()
+                        .to_vec::<f32>()
+                        .unwrap();
+                    let what = format!("{dims:?} axis {axis} {idt:?} fused {fuse}");
+                    assert_eq!(got, want, "flat form, {what}");
+                    assert_eq!(one_hot, want, "one-hot form, {what}");
+                }
+            }
+        }
+    }
+    // At one shape the values stay static: the flat form runs, and copies
+    // the bits of a gathered -0.0.
+    let x = t(&[-0.0, 1.0, 2.0, -0.0, 4.0, 5.0], &[2, 3]);
+    let idx = Tensor::from_slice(&[0i64, 2, 0, 1], &[2, 2], &dev()).unwrap();
+    let got = x.gather(1, &idx).unwrap().to_vec::<f32>().unwrap();
+    let bits: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+    assert_eq!(
+        bits,
+        [
+            (-0.0f32).to_bits(),
+            2.0f32.to_bits(),
+            (-0.0f32).to_bits(),
+            4.0f32.to_bits()
+        ]
+    );
 }

@@ -158,6 +158,12 @@ impl Tensor {
         let idx = idx
             .maximum_scalar(0.0)?
             .minimum_scalar(n.saturating_sub(1) as f64)?;
+        let plain = |t: &Tensor| {
+            t.0.autograd().is_none() && t.0.logical().is_none() && t.0.mesh().is_none()
+        };
+        if plain(self) && plain(&idx) {
+            return self.gather_flat(a, &idx);
+        }
         let mut cls = vec![1; self.rank() + 1];
         cls[a + 1] = n;
         let classes = Tensor::arange(0.0, n as f64, idx.dtype(), self.device())?.reshape(&cls)?;
@@ -166,6 +172,35 @@ impl Tensor {
         onehot
             .where_cond(&self.unsqueeze(a as isize)?, &zero)?
             .sum(&[a as isize + 1], false)
+    }
+
+    /// [`Tensor::gather`] of in-range indices `idx` along `axis` as one
+    /// `index_select` from `self` flattened, at the flat offsets of the
+    /// picked elements: work in the output's size. The one-hot form `gather`
+    /// keeps for values with autograd state, dynamic axes or a mesh (whose
+    /// gradient, padding and placement it gets from the ops it is made of)
+    /// compares every index with every position along `axis`: 7 to 27 times
+    /// jax.jit with `[1024, 1]` indices into `[1024, 1024]`, and a billion
+    /// compares with indices as large as the source. (Its sum also turns a
+    /// gathered `-0.0` into `+0.0`; this form copies the bits.)
+    fn gather_flat(&self, axis: usize, idx: &Tensor) -> Result<Tensor> {
+        let (dims, dev) = (idx.dims().to_vec(), self.device());
+        // Row-major strides of `self`; the offset sums each coordinate
+        // (the index along `axis`, a broadcast iota elsewhere) times its stride.
+        let mut strides = vec![1usize; dims.len()];
+        for d in (0..dims.len().saturating_sub(1)).rev() {
+            strides[d] = strides[d + 1] * self.dims()[d + 1];
+        }
+        let mut flat = idx.to_dtype(DType::I64)?.mul_scalar(strides[axis] as f64)?;
+        for (d, &n) in dims.iter().enumerate().filter(|&(d, _)| d != axis) {
+            let mut along = vec![1; dims.len()];
+            along[d] = n;
+            let coord = Tensor::arange(0.0, n as f64, DType::I64, dev)?.reshape(&along)?;
+            flat = flat.add(&coord.mul_scalar(strides[d] as f64)?)?;
+        }
+        self.reshape(&[self.numel()])?
+            .index_select(0, &flat.reshape(&[idx.numel()])?)?
+            .reshape(&dims)
     }
 
     /// `value` where the bool `mask` (broadcast) holds, `self` elsewhere.
