@@ -10,16 +10,25 @@ use lazyfuse_ir::{DType, Literal, ReduceOp, Shape};
 /// lowered as a product with a vector of ones ([`sum_as_dot`]).
 const DOT_SUM_MIN_KEPT: usize = 64;
 
+/// `shape` viewed as `[n, kept]` rows: the first `k` dims' product and the
+/// rest's.
+fn split(shape: &Shape, k: usize) -> (usize, usize) {
+    let dims = shape.dims();
+    (dims[..k].iter().product(), dims[k..].iter().product())
+}
+
+/// [`split`] when `axes` are the leading axes of `shape` and leave at
+/// least one.
+fn rows_kept(shape: &Shape, axes: &[usize]) -> Option<(usize, usize)> {
+    let leading = axes.iter().enumerate().all(|(i, &a)| a == i);
+    (leading && axes.len() < shape.rank()).then(|| split(shape, axes.len()))
+}
+
 /// Whether a float sum over `axes` of `shape` runs as [`sum_as_dot`]:
 /// the axes are the leading ones, at least two elements each are summed,
 /// and enough elements are kept for the strided loop to be slow.
 pub(super) fn leading_sum_as_dot(shape: &Shape, axes: &[usize]) -> bool {
-    let dims = shape.dims();
-    let k = axes.len();
-    let leading = axes.iter().enumerate().all(|(i, &a)| a == i);
-    let n: usize = dims[..k].iter().product();
-    let kept: usize = dims[k..].iter().product();
-    leading && k < dims.len() && n >= 2 && kept >= DOT_SUM_MIN_KEPT
+    rows_kept(shape, axes).is_some_and(|(n, kept)| n >= 2 && kept >= DOT_SUM_MIN_KEPT)
 }
 
 /// A float sum over the leading axes of `x` as a `dot_general` of a vector
@@ -35,9 +44,7 @@ pub(super) fn sum_as_dot(
     axes: &[usize],
     acc: DType,
 ) -> String {
-    let dims = shape.dims();
-    let n: usize = dims[..axes.len()].iter().product();
-    let kept: usize = dims[axes.len()..].iter().product();
+    let (n, kept) = split(shape, axes.len());
     let s2 = Shape::new(&[n, kept]);
     let v = e.reshape(x, shape, &s2, acc);
     let ones = e.constant(Literal::Float(1.0), &Shape::new(&[n]), acc);
@@ -61,16 +68,9 @@ const TREE_MAX_ROWS: usize = 1024;
 /// axes are the leading ones, over 2 to [`TREE_MAX_ROWS`] rows, keeping
 /// at least [`DOT_SUM_MIN_KEPT`] elements.
 pub(super) fn leading_extremum_as_tree(op: ReduceOp, shape: &Shape, axes: &[usize]) -> bool {
-    let dims = shape.dims();
-    let k = axes.len();
-    let leading = axes.iter().enumerate().all(|(i, &a)| a == i);
-    let n: usize = dims[..k].iter().product();
-    let kept: usize = dims[k..].iter().product();
     matches!(op, ReduceOp::Max | ReduceOp::Min)
-        && leading
-        && k < dims.len()
-        && (2..=TREE_MAX_ROWS).contains(&n)
-        && kept >= DOT_SUM_MIN_KEPT
+        && rows_kept(shape, axes)
+            .is_some_and(|(n, kept)| (2..=TREE_MAX_ROWS).contains(&n) && kept >= DOT_SUM_MIN_KEPT)
 }
 
 /// A max/min over the leading axes of `x`, viewed as `[n, kept]`, as a
@@ -88,9 +88,7 @@ pub(super) fn extremum_tree(
     axes: &[usize],
     acc: DType,
 ) -> String {
-    let dims = shape.dims();
-    let n: usize = dims[..axes.len()].iter().product();
-    let kept: usize = dims[axes.len()..].iter().product();
+    let (n, kept) = split(shape, axes.len());
     let body = if op == ReduceOp::Max {
         "stablehlo.maximum"
     } else {
