@@ -275,6 +275,7 @@ fn execute_graph(
     fuse: bool,
     plans: &Mutex<PlanCache>,
 ) {
+    rt.begin_flush();
     let mut values = Values {
         bufs: vec![None; graph.len()],
         failed: vec![None; graph.len()],

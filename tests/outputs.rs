@@ -16,6 +16,7 @@ test_device!(
     left_out_tensor_read_on_another_thread_is_correct,
     misprediction_settles_without_oscillating,
     ten_thousand_iterations_stay_flat,
+    per_step_scalars_stay_flat,
     same_program_same_decisions_on_two_threads,
     sync_still_computes_every_live_tensor,
 );
@@ -206,36 +207,68 @@ fn misprediction_settles_without_oscillating() {
     assert_eq!(late, 0, "recomputes per iteration {recomputes:?}");
 }
 
-fn ten_thousand_iterations_stay_flat() {
-    let _l = metrics_lock();
-    let _f = FusionGuard::new(true);
-    let d = dev();
-    let iters: usize = std::env::var("LAZYFUSE_FLAT_ITERS")
+/// Iterations of the flatness tests (`LAZYFUSE_FLAT_ITERS`, default 10,000).
+fn flat_iters() -> usize {
+    std::env::var("LAZYFUSE_FLAT_ITERS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000);
-    let x = randn(&[8], 9);
-    let mut p = Tensor::zeros(&[8], DType::F32, &d).unwrap();
+        .unwrap_or(10_000)
+}
+
+/// Live buffers, their bytes and pending nodes, sampled ten times over
+/// `iters` iterations of `step` (past the first tenth, i.e. warm-up).
+fn flat_samples(iters: usize, mut step: impl FnMut(usize)) -> Vec<(u64, u64, usize)> {
     let mut samples = Vec::new();
     for i in 0..iters {
-        let h = x.mul_scalar(0.5).unwrap(); // never read: left out
-        let t = h.tanh().unwrap();
-        p = p.add(&t).unwrap().mul_scalar(0.5).unwrap();
-        p.realize().unwrap();
+        step(i);
         if i % (iters / 10).max(1) == 0 && i > 10 {
             let s = snapshot();
             samples.push((
                 s.live_buffers,
                 s.live_buffer_bytes,
-                lazyfuse::pending_ops(&d),
+                lazyfuse::pending_ops(&dev()),
             ));
         }
     }
+    samples
+}
+
+fn ten_thousand_iterations_stay_flat() {
+    let _l = metrics_lock();
+    let _f = FusionGuard::new(true);
+    let x = randn(&[8], 9);
+    let mut p = Tensor::zeros(&[8], DType::F32, &dev()).unwrap();
+    let samples = flat_samples(flat_iters(), |_| {
+        let h = x.mul_scalar(0.5).unwrap(); // never read: left out
+        let t = h.tanh().unwrap();
+        p = p.add(&t).unwrap().mul_scalar(0.5).unwrap();
+        p.realize().unwrap();
+    });
+    assert_flat(&samples);
+}
+
+fn assert_flat(samples: &[(u64, u64, usize)]) {
     let first = samples[0];
     assert!(
         samples.iter().all(|s| *s == first),
         "live buffers, bytes and pending nodes must stay flat: {samples:?}"
     );
+}
+
+/// A scalar with a new value every step (an inverse-square-root learning
+/// rate; Adam's bias correction) is uploaded each step in its region's
+/// scalar pack: the packs of past steps must not pile up.
+fn per_step_scalars_stay_flat() {
+    let _l = metrics_lock();
+    let _f = FusionGuard::new(true);
+    let g = randn(&[8], 11);
+    let mut p = Tensor::zeros(&[8], DType::F32, &dev()).unwrap();
+    let samples = flat_samples(flat_iters(), |i| {
+        let lr = 1e-3 / ((i + 1) as f64).sqrt();
+        p = p.sub(&g.mul_scalar(lr).unwrap()).unwrap();
+        p.realize().unwrap();
+    });
+    assert_flat(&samples);
 }
 
 /// Region keys and outputs of a small program's flushes, in order.

@@ -19,13 +19,15 @@ use lazyfuse_ir::{DType, Graph, HostTensor, Literal, Shape};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+mod packs;
 mod spmd;
+
+use packs::PackCache;
 
 /// A device-resident array. Owned by `Arc` so tensors, pending graphs and
 /// in-flight regions can share it; the backend buffer is destroyed exactly
@@ -164,16 +166,6 @@ impl ExeCache {
     }
 }
 
-type ScalarCache = HashMap<
-    (SmallVec<[Literal; 8]>, DType, usize),
-    Arc<DeviceBuffer>,
-    BuildHasherDefault<ahash::AHasher>,
->;
-
-/// Bound on cached scalar packs (cleared when exceeded: values like a
-/// per-step bias correction would otherwise accumulate forever).
-const MAX_CACHED_PACKS: usize = 1024;
-
 static NEXT_ID: AtomicU32 = AtomicU32::new(1);
 
 /// A backend client plus everything keyed to it.
@@ -188,7 +180,7 @@ pub struct Runtime {
     cache: Mutex<ExeCache>,
     /// Uploaded scalar packs by (values, dtype, device): a loop reuses its
     /// learning rate's buffer instead of transferring it every step.
-    scalars: Mutex<ScalarCache>,
+    scalars: Mutex<PackCache<Arc<DeviceBuffer>>>,
 }
 
 impl Runtime {
@@ -199,7 +191,7 @@ impl Runtime {
             backend,
             plugin_path,
             cache: Mutex::new(ExeCache::default()),
-            scalars: Mutex::new(ScalarCache::default()),
+            scalars: Mutex::new(PackCache::default()),
         })
     }
 
@@ -260,7 +252,7 @@ impl Runtime {
     ) -> Result<Arc<DeviceBuffer>> {
         let key = (SmallVec::from_slice(values), dtype, ordinal);
         if let Some(b) = self.scalars.lock().get(&key) {
-            return Ok(b.clone());
+            return Ok(b);
         }
         let mut bytes = Vec::with_capacity(values.len() * dtype.size_in_bytes());
         for &value in values {
@@ -281,12 +273,14 @@ impl Runtime {
             bytes,
         };
         let b = self.upload(&host, ordinal)?;
-        let mut map = self.scalars.lock();
-        if map.len() >= MAX_CACHED_PACKS {
-            map.clear();
-        }
-        map.insert(key, b.clone());
+        self.scalars.lock().insert(key, b.clone());
         Ok(b)
+    }
+
+    /// A flush begins: scalar packs no recent flush used are released
+    /// (see [`packs`]).
+    pub(crate) fn begin_flush(&self) {
+        self.scalars.lock().next_flush();
     }
 
     /// Copies a device buffer back to the host.
