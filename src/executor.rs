@@ -22,7 +22,7 @@ use lazyfuse_fusion::{Plan, PlanCache, PlanOptions, Region};
 use lazyfuse_ir::{Graph, NodeId, Op};
 use parking_lot::{Condvar, Mutex};
 use smallvec::SmallVec;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -244,15 +244,17 @@ fn run_job(job: Job, latch: &Latch, plans: &Mutex<PlanCache>) {
 /// The values of one job's nodes as it runs: computed buffers, or why not.
 struct Values {
     bufs: Vec<Option<Arc<DeviceBuffer>>>,
-    failed: Vec<Option<Error>>,
+    /// Why a value is missing, for the few that failed (sparse: a dense
+    /// vector of errors was half a megabyte to fill and drop per flush of
+    /// a 5,800-node graph).
+    failed: HashMap<NodeId, Error>,
 }
 
 impl Values {
     fn get(&self, n: NodeId) -> Option<Result<&Arc<DeviceBuffer>>> {
-        match (&self.bufs[n.index()], &self.failed[n.index()]) {
-            (Some(b), _) => Some(Ok(b)),
-            (None, Some(e)) => Some(Err(e.clone())),
-            (None, None) => None,
+        match &self.bufs[n.index()] {
+            Some(b) => Some(Ok(b)),
+            None => self.failed.get(&n).map(|e| Err(e.clone())),
         }
     }
 
@@ -261,7 +263,7 @@ impl Values {
         tracing::error!(region = %region.key, "{e}");
         for o in &region.outputs {
             self.bufs[o.index()] = None;
-            self.failed[o.index()] = Some(e.clone());
+            self.failed.insert(*o, e.clone());
         }
     }
 }
@@ -278,7 +280,7 @@ fn execute_graph(
     rt.begin_flush();
     let mut values = Values {
         bufs: vec![None; graph.len()],
-        failed: vec![None; graph.len()],
+        failed: HashMap::new(),
     };
     let dying = read_inputs(inputs, &mut values);
     let wanted: Vec<NodeId> = outputs.iter().map(|(n, _)| *n).collect();
@@ -308,7 +310,9 @@ fn read_inputs(inputs: Vec<(NodeId, Input)>, values: &mut Values) -> Vec<NodeId>
         };
         match r {
             Ok(b) => values.bufs[n.index()] = Some(b),
-            Err(e) => values.failed[n.index()] = Some(e),
+            Err(e) => {
+                values.failed.insert(n, e);
+            }
         }
     }
     values
