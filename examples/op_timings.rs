@@ -49,6 +49,10 @@ fn main() -> Result<()> {
     let k = ready(Tensor::randn(&[8, 4, 128, 64], 4, &dev)?)?;
     let v = ready(Tensor::randn(&[8, 4, 128, 64], 5, &dev)?)?;
     let s = ready(q.matmul(&k.transpose(-2, -1)?)?)?;
+    // The dots of mlp_train_step's middle layer: forward, input gradient
+    // and weight gradient.
+    let h = ready(Tensor::randn(&[256, 1024], 6, &dev)?)?;
+    let dy = ready(Tensor::randn(&[256, 1024], 7, &dev)?)?;
     type Case<'a> = (&'a str, Box<dyn Fn() -> Result<Tensor> + 'a>);
     let cases: Vec<Case> = vec![
         ("sum_rows", Box::new(|| a.sum(&[-1], true))),
@@ -88,6 +92,9 @@ fn main() -> Result<()> {
                     .matmul(&v)
             }),
         ),
+        ("mm_fwd", Box::new(|| h.matmul(&a))),
+        ("mm_dx", Box::new(|| dy.matmul(&a.transpose(0, 1)?))),
+        ("mm_dw", Box::new(|| h.transpose(0, 1)?.matmul(&dy))),
     ];
     for (name, f) in &cases {
         println!("{name:14} {:.3}", p10(f)?);

@@ -66,6 +66,10 @@ def main():
         print("%-14s %.3f" % (name, p10(jax.jit(f), x)))
     att = lambda q, k, v: jax.nn.softmax((q @ jnp.swapaxes(k, -1, -2)) * 0.125, -1) @ v
     print("%-14s %.3f" % ("attention", p10(jax.jit(att), q, k, v)))
+    h, dy = f32(256, 1024), f32(256, 1024)
+    print("%-14s %.3f" % ("mm_fwd", p10(jax.jit(lambda h, w: h @ w), h, a)))
+    print("%-14s %.3f" % ("mm_dx", p10(jax.jit(lambda d, w: d @ w.T), dy, a)))
+    print("%-14s %.3f" % ("mm_dw", p10(jax.jit(lambda h, d: h.T @ d), h, dy)))
 
 
 if __name__ == "__main__":
