@@ -11,9 +11,11 @@
 //! the same graph as every later one.
 
 mod adamw;
+mod clip;
 mod sgd;
 
 pub use adamw::AdamW;
+pub use clip::clip_grad_norm;
 pub use sgd::Sgd;
 
 use crate::nn::Param;
