@@ -56,7 +56,7 @@ pub fn clip_grad_norm(params: &[Param], max_norm: f64) -> Result<Option<Tensor>>
                 Location::caller(),
             ));
         }
-        let g32 = g.to_dtype(DType::F32)?;
+        let g32 = as_dtype(g, DType::F32)?;
         let sq = g32.mul(&g32)?.sum_all()?;
         total = Some(match total {
             None => sq,
@@ -67,9 +67,28 @@ pub fn clip_grad_norm(params: &[Param], max_norm: f64) -> Result<Option<Tensor>>
     let scale = Tensor::full(max_norm, &[], DType::F32, &device)?
         .div(&norm.add_scalar(1e-6)?)?
         .minimum_scalar(1.0)?;
+    // One scale per gradient dtype, not a conversion per parameter.
+    let mut scales: Vec<(DType, Tensor)> = Vec::new();
     for (p, g) in grads {
-        let s = scale.to_dtype(g.dtype())?;
+        let s = match scales.iter().find(|(d, _)| *d == g.dtype()) {
+            Some((_, s)) => s.clone(),
+            None => {
+                let s = as_dtype(&scale, g.dtype())?;
+                scales.push((g.dtype(), s.clone()));
+                s
+            }
+        };
         p.tensor().set_grad(Some(g.mul(&s)?));
     }
     Ok(Some(norm))
+}
+
+/// `t` as `dtype`, recording a conversion only when the dtype differs.
+#[track_caller]
+fn as_dtype(t: &Tensor, dtype: DType) -> Result<Tensor> {
+    if t.dtype() == dtype {
+        Ok(t.clone())
+    } else {
+        t.to_dtype(dtype)
+    }
 }
