@@ -103,14 +103,29 @@ impl Drop for Graphs {
     /// [`GraphState::owners`]): when its thread exits, the graph is flushed,
     /// which computes the values other threads still hold and frees the
     /// rest, rather than leaving both to a graph no thread records into.
+    ///
+    /// The thread then waits until its devices' executors are idle: work it
+    /// queued (this flush, or an earlier one nothing waited for) finishes
+    /// before the thread does. On the main thread this runs as the process
+    /// exits, before the `atexit` handlers, among them the plugin's static
+    /// destructors, some registered by its first compiles, after the
+    /// runtime's own exit drain: a compile still running then crashed in
+    /// the plugin's torn-down state.
     fn drop(&mut self) {
-        for g in self.0.get_mut().drain(..) {
+        let graphs: Vec<Arc<ThreadGraph>> = self.0.get_mut().drain(..).collect();
+        for g in &graphs {
             g.flush(FlushReason::ThreadExit);
             let spare = std::mem::take(&mut g.state.lock().spare);
             drop(spare);
         }
+        for g in &graphs {
+            g.device.executor.drain(EXIT_DRAIN);
+        }
     }
 }
+
+/// The longest an exiting thread waits for its devices' executors.
+const EXIT_DRAIN: std::time::Duration = std::time::Duration::from_secs(30);
 
 thread_local! {
     static GRAPHS: Graphs = const { Graphs(RefCell::new(Vec::new())) };
