@@ -285,6 +285,7 @@ fn execute_graph(
     let dying = read_inputs(inputs, &mut values);
     let wanted: Vec<NodeId> = outputs.iter().map(|(n, _)| *n).collect();
     let plan = plan_graph(graph, &wanted, &dying, fuse, plans);
+    release_unread(&plan, &wanted, &dying, &mut values);
     let launched = launch_regions(rt, ordinal, graph, &plan, &mut values);
     await_regions(rt, graph, launched, &mut values);
     for (id, slot) in outputs {
@@ -322,6 +323,30 @@ fn read_inputs(inputs: Vec<(NodeId, Input)>, values: &mut Values) -> Vec<NodeId>
         .filter(|(_, b)| b.as_ref().is_some_and(|b| Arc::strong_count(b) == 1))
         .map(|(i, _)| NodeId::new(i))
         .collect()
+}
+
+/// Drops the dying inputs that no region reads and no output is: buffers
+/// only the slices of dead left-out tensors read (an optimizer step's old
+/// weights, kept for gradients the program then dropped unread). Freed
+/// before the regions run, they do not add to this job's peak.
+fn release_unread(plan: &Plan, wanted: &[NodeId], dying: &[NodeId], values: &mut Values) {
+    if dying.is_empty() {
+        return;
+    }
+    let mut read = vec![false; values.bufs.len()];
+    for region in &plan.regions {
+        for &p in &region.params {
+            read[p.index()] = true;
+        }
+    }
+    for &w in wanted {
+        read[w.index()] = true;
+    }
+    for &d in dying {
+        if !read[d.index()] {
+            values.bufs[d.index()] = None;
+        }
+    }
 }
 
 /// Step 2: cuts the graph into regions, or replays the plan of an earlier
@@ -366,8 +391,13 @@ fn launch_regions<'p>(
     let mut launched = Vec::with_capacity(plan.regions.len());
     for region in &plan.regions {
         match run_region(rt, ordinal, graph, region, values) {
-            Ok((outs, done)) => {
+            Ok((outs, done, donated)) => {
                 metrics::add(&C.region_outputs, region.outputs.len() as u64);
+                // Their memory now belongs to the results: held on, they
+                // were counted twice until the job ended.
+                for d in donated {
+                    values.bufs[d.index()] = None;
+                }
                 for (o, b) in region.outputs.iter().zip(outs) {
                     values.bufs[o.index()] = Some(b);
                 }
@@ -406,6 +436,14 @@ fn region_error(graph: &Graph, region: &Region, stage: &'static str, message: St
     }
 }
 
+/// A launched region: its results, its completion (none when it already
+/// finished) and the parameters whose buffers it was given.
+type Launch = (
+    Vec<Arc<DeviceBuffer>>,
+    Option<crate::backend::Completion>,
+    SmallVec<[NodeId; 4]>,
+);
+
 /// Compiles (or fetches) and launches one region.
 fn run_region(
     rt: &Runtime,
@@ -413,7 +451,7 @@ fn run_region(
     graph: &Graph,
     region: &Region,
     values: &Values,
-) -> Result<(Vec<Arc<DeviceBuffer>>, Option<crate::backend::Completion>)> {
+) -> Result<Launch> {
     let _span =
         tracing::debug_span!("region", key = %region.key, nodes = region.nodes.len()).entered();
     // Buffer parameters in order, then one buffer per scalar pack (the
@@ -466,8 +504,15 @@ fn run_region(
         .iter()
         .map(|&(k, _)| region.arg_of(k))
         .collect();
-    rt.launch(&exe, &args, &donate, ordinal, &outs)
-        .map_err(|e| describe("execution", e))
+    let donated = region
+        .aliases
+        .iter()
+        .map(|&(k, _)| region.params[k])
+        .collect();
+    let (bufs, done) = rt
+        .launch(&exe, &args, &donate, ordinal, &outs)
+        .map_err(|e| describe("execution", e))?;
+    Ok((bufs, done, donated))
 }
 
 /// Compiles (or fetches) and launches a region with a sharded argument as
@@ -480,7 +525,7 @@ fn run_spmd_region(
     region: &Region,
     args: &[&DeviceBuffer],
     mesh: &crate::spmd::Mesh,
-) -> Result<(Vec<Arc<DeviceBuffer>>, Option<crate::backend::Completion>)> {
+) -> Result<Launch> {
     use crate::spmd::{Sharding, SpmdLayout};
     let mut buffers = args.iter();
     let params: Vec<Sharding> = region
@@ -517,11 +562,18 @@ fn run_spmd_region(
         })
         .map_err(|e| describe("compile", e))?;
     let outs = output_types(graph, region);
-    rt.launch_spmd(&exe, args, &layout, &donate, &outs)
+    let donated = layout
+        .aliases
+        .iter()
+        .map(|&(k, _)| region.params[k])
+        .collect();
+    let (bufs, done) = rt
+        .launch_spmd(&exe, args, &layout, &donate, &outs)
         .map_err(|e| match e {
             e @ Error::Pjrt(_) => e,
             e => describe("execution", e),
-        })
+        })?;
+    Ok((bufs, done, donated))
 }
 
 /// The shape and dtype of each of `region`'s results.

@@ -149,6 +149,10 @@ impl Backend for InterpBackend {
         Ok(RawExecutable::Interp(p))
     }
 
+    fn reuses_donated(&self) -> bool {
+        false
+    }
+
     fn execute(
         &self,
         exe: &RawExecutable,

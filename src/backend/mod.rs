@@ -72,6 +72,11 @@ pub(crate) trait Backend: Send + Sync {
         region: &Region,
         on_compile: &mut dyn FnMut(),
     ) -> Result<RawExecutable>;
+    /// Whether an execution writes results into the memory of the donated
+    /// arguments (the interpreter ignores donation).
+    fn reuses_donated(&self) -> bool {
+        true
+    }
     /// Enqueues `exe` on device `ordinal`; `donate` lists argument indices
     /// whose buffers the execution may reuse; `outputs` are the expected
     /// result types. Arguments must stay alive until the completion is awaited.

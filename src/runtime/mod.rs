@@ -46,6 +46,9 @@ pub struct DeviceBuffer {
     /// The device ordinals holding it (one, or a mesh's), each `bytes /
     /// len` of it, for the per-device byte counts.
     devices: SmallVec<[u16; 4]>,
+    /// Given to an execution that reuses its memory for a result: no
+    /// longer counted as live (see [`DeviceBuffer::donated`]).
+    given: std::sync::atomic::AtomicBool,
 }
 
 /// Where a [`DeviceBuffer`]'s bytes are.
@@ -87,7 +90,27 @@ impl DeviceBuffer {
             bytes,
             replicas: Mutex::new(None),
             devices,
+            given: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Stops counting this buffer as live: an execution was given its
+    /// memory for a result, which is counted instead (held on until the
+    /// job ends, the donated weights of a training step were counted twice).
+    fn donated(&self) {
+        if !self.given.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            self.uncount();
+        }
+    }
+
+    /// Removes this buffer from the live counts.
+    fn uncount(&self) {
+        metrics::sub(&C.live_buffers, 1);
+        metrics::sub(&C.live_buffer_bytes, self.bytes as u64);
+        let each = (self.bytes / self.devices.len().max(1)) as u64;
+        for &d in &self.devices {
+            metrics::device_bytes(d as usize, each, false);
+        }
     }
 
     /// The sharding of a sharded array (`None` for a one-device array).
@@ -114,11 +137,8 @@ impl Drop for DeviceBuffer {
         if let Some((mesh, _)) = self.replicas.get_mut().take() {
             spmd::replica_bytes(&mesh, self.bytes, false);
         }
-        metrics::sub(&C.live_buffers, 1);
-        metrics::sub(&C.live_buffer_bytes, self.bytes as u64);
-        let each = (self.bytes / self.devices.len().max(1)) as u64;
-        for &d in &self.devices {
-            metrics::device_bytes(d as usize, each, false);
+        if !*self.given.get_mut() {
+            self.uncount();
         }
     }
 }
@@ -366,6 +386,11 @@ impl Runtime {
         let t0 = Instant::now();
         let (outs, done) = self.backend.execute(exe, &raw, donate, ordinal, outputs)?;
         metrics::add(&C.buffers_donated, donate.len() as u64);
+        if self.backend.reuses_donated() {
+            for &i in donate {
+                args[i].donated();
+            }
+        }
         let done = self.launched(done, t0)?;
         if outs.len() != outputs.len() {
             return Err(Error::internal(format!(
