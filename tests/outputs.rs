@@ -4,8 +4,10 @@
 //! Every test takes `metrics_lock` (it asserts on process-wide deltas).
 
 mod common;
+use common::mlp::{batch, Mlp};
 use common::{dev, metrics_lock};
 use lazyfuse::metrics::snapshot;
+use lazyfuse::optim::{params_of, Optimizer, Sgd};
 use lazyfuse::{DType, FusionGuard, Result, Tensor};
 
 test_device!(
@@ -19,6 +21,7 @@ test_device!(
     per_step_scalars_stay_flat,
     same_program_same_decisions_on_two_threads,
     sync_still_computes_every_live_tensor,
+    gradients_stay_readable_after_a_step,
 );
 
 fn randn(dims: &[usize], seed: u64) -> Tensor {
@@ -320,4 +323,52 @@ fn sync_still_computes_every_live_tensor() {
         "sync() computes every live tensor"
     );
     assert_close(&h.to_vec::<f32>().unwrap(), &expected_h(&x));
+}
+
+/// An optimizer step keeps each parameter's gradient readable (`p.grad()`
+/// after `step()`, as in PyTorch), with the right values, and a loop that
+/// drops them unread still compiles its step once.
+fn gradients_stay_readable_after_a_step() {
+    let _l = metrics_lock();
+    const READ_AT: usize = 8;
+    let run = |fuse: bool| -> (Vec<Vec<f32>>, Vec<u64>) {
+        let _f = FusionGuard::new(fuse);
+        let m = Mlp::new(60);
+        let named = m.params();
+        let mut opt = Sgd::new(params_of(&named), 0.1, 0.9, 0.0).unwrap();
+        let (x, y) = batch(32, 61);
+        let mut compiles = Vec::new();
+        let mut grads = Vec::new();
+        for i in 0..=READ_AT {
+            let before = snapshot().compiles;
+            opt.zero_grad();
+            let loss = m.loss(&x, &y).unwrap();
+            loss.backward().unwrap();
+            opt.step().unwrap();
+            loss.realize().unwrap();
+            compiles.push(snapshot().compiles - before);
+            if i == READ_AT {
+                grads = named
+                    .iter()
+                    .map(|(n, p)| {
+                        let g = p.grad().unwrap_or_else(|| panic!("{n} has no gradient"));
+                        g.to_vec::<f32>().unwrap()
+                    })
+                    .collect();
+            }
+        }
+        (grads, compiles)
+    };
+    let (want, _) = run(false);
+    let (got, compiles) = run(true);
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g.len(), w.len());
+        for (a, e) in g.iter().zip(w) {
+            assert!((a - e).abs() <= 1e-4 * (1.0 + e.abs()), "{a} vs {e}");
+        }
+    }
+    assert!(
+        compiles[1..].iter().all(|&c| c == 0),
+        "only the first step compiles: compiles per step {compiles:?}"
+    );
 }

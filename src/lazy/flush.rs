@@ -134,7 +134,7 @@ impl ThreadGraph {
                 Some(l) => dynamic_site_of(graph.node(n), l.mask),
                 None => site_of(graph.node(n)),
             };
-            if p.leave_out(site) {
+            if p.leave_out(site, t.is_cold()) {
                 left_out.push(((n, t), site));
             } else {
                 // A retained tensor carried into this graph and still unused

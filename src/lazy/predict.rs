@@ -6,7 +6,9 @@
 //! several times what a computation needs. Instead, each live tensor that
 //! the sync point does not need is judged by its *site*: the structural hash
 //! of its node (op, attributes, operand structure, type) and the line that
-//! recorded it. A site starts out kept (computed, then watched). A watched
+//! recorded it. A site starts out kept (computed, then watched), or left out
+//! when its first tensor was marked cold (a gradient an optimizer step keeps
+//! readable: `TensorInner::set_cold`). A watched
 //! tensor that dies without being read or used counts against its site;
 //! [`LEAVE_OUT_AFTER`] such drops in a row and the site's tensors are left
 //! out: they stay pending (their recorded slice and its input buffers are
@@ -87,8 +89,19 @@ pub(crate) struct Predictor {
 }
 
 impl Predictor {
-    /// Whether a live tensor of `site` the sync point does not need is left out.
-    pub(crate) fn leave_out(&self, site: Site) -> bool {
+    /// Whether a live tensor of `site` the sync point does not need is left
+    /// out. A site first seen with a `cold` tensor starts out left out.
+    pub(crate) fn leave_out(&mut self, site: Site, cold: bool) -> bool {
+        if cold {
+            if self.sites.len() > MAX_SITES {
+                self.sites.clear();
+            }
+            let s = self.sites.entry(site).or_insert(SiteStats {
+                leave_out: true,
+                ..SiteStats::default()
+            });
+            return s.leave_out;
+        }
         self.sites.get(&site).is_some_and(|s| s.leave_out)
     }
 

@@ -15,6 +15,9 @@ use std::sync::{Arc, OnceLock};
 
 /// [`Extras::flags`]: left out of a flush and kept pending.
 const RETAINED: u8 = 1;
+/// [`Extras::flags`]: kept for a read the program is not expected to make
+/// (a gradient a parameter keeps across an optimizer step).
+const COLD: u8 = 2;
 
 /// What a tensor handle points at: its type, its device and where its
 /// value is, with everything rarer (autograd, prediction, dynamic axes,
@@ -202,6 +205,21 @@ impl TensorInner {
         let e = self.extras();
         e.site.store(site, Relaxed);
         e.flags.fetch_or(RETAINED, Relaxed);
+    }
+
+    /// Marks the value as kept only in case the program reads it: a flush
+    /// leaves a new site of such values out from the start instead of
+    /// computing them until it has seen them dropped (which compiled a
+    /// second program in a training loop's first steps).
+    pub(crate) fn set_cold(&self) {
+        self.extras().flags.fetch_or(COLD, Relaxed);
+    }
+
+    /// See [`TensorInner::set_cold`].
+    pub(crate) fn is_cold(&self) -> bool {
+        self.extras
+            .get()
+            .is_some_and(|e| e.flags.load(Relaxed) & COLD != 0)
     }
 
     /// If the value was left out, clears that and returns its site: it is

@@ -67,6 +67,23 @@ impl Param {
         Ok(())
     }
 
+    /// Replaces the value with an optimizer's update of it: as [`Param::set`],
+    /// but the gradient the update consumed stays readable (as in PyTorch,
+    /// `p.grad()` after `step()` is the step's gradient until `zero_grad`).
+    /// Marked cold: a flush leaves it out unless the program is seen to
+    /// read it, or retaining it would keep the old weights alive (then the
+    /// step computes it, from its first run, so its program never changes).
+    #[track_caller]
+    pub(crate) fn update(&self, value: Tensor) -> Result<()> {
+        let grad = self.grad();
+        if let Some(g) = &grad {
+            g.0.set_cold();
+        }
+        self.set(value)?;
+        self.0.read().set_grad(grad);
+        Ok(())
+    }
+
     /// The accumulated gradient of the current value.
     pub fn grad(&self) -> Option<Tensor> {
         self.0.read().grad()

@@ -73,7 +73,7 @@ impl Optimizer for AdamW {
                 .add(&g.mul(&g)?.mul_scalar(1.0 - b2)?)?;
             let mhat = self.m[i].div(bc1)?;
             let denom = self.v[i].div(bc2)?.sqrt()?.add_scalar(self.eps)?;
-            p.set(w2.sub(&mhat.div(&denom)?.mul(lr)?)?)?;
+            p.update(w2.sub(&mhat.div(&denom)?.mul(lr)?)?)?;
         }
         // The step's state is what it needs: parameters and both moments.
         let params: Vec<Tensor> = self.params.iter().map(|p| p.tensor()).collect();

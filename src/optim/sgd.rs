@@ -48,7 +48,7 @@ impl Optimizer for Sgd {
                 self.bufs[i] = self.bufs[i].mul_scalar(self.momentum)?.add(&g)?;
                 g = self.bufs[i].clone();
             }
-            p.set(w.sub(&g.mul(&lr)?)?)?;
+            p.update(w.sub(&g.mul(&lr)?)?)?;
         }
         // The step's state is what it needs: parameters and momentum.
         let params: Vec<Tensor> = self.params.iter().map(|p| p.tensor()).collect();
