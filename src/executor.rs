@@ -504,11 +504,7 @@ fn run_region(
         .iter()
         .map(|&(k, _)| region.arg_of(k))
         .collect();
-    let donated = region
-        .aliases
-        .iter()
-        .map(|&(k, _)| region.params[k])
-        .collect();
+    let donated = donated_params(region, &region.aliases);
     let (bufs, done) = rt
         .launch(&exe, &args, &donate, ordinal, &outs)
         .map_err(|e| describe("execution", e))?;
@@ -562,11 +558,7 @@ fn run_spmd_region(
         })
         .map_err(|e| describe("compile", e))?;
     let outs = output_types(graph, region);
-    let donated = layout
-        .aliases
-        .iter()
-        .map(|&(k, _)| region.params[k])
-        .collect();
+    let donated = donated_params(region, &layout.aliases);
     let (bufs, done) = rt
         .launch_spmd(&exe, args, &layout, &donate, &outs)
         .map_err(|e| match e {
@@ -574,6 +566,11 @@ fn run_spmd_region(
             e => describe("execution", e),
         })?;
     Ok((bufs, done, donated))
+}
+
+/// The parameters whose buffers `aliases` give to the results.
+fn donated_params(region: &Region, aliases: &[(usize, usize)]) -> SmallVec<[NodeId; 4]> {
+    aliases.iter().map(|&(k, _)| region.params[k]).collect()
 }
 
 /// The shape and dtype of each of `region`'s results.
