@@ -391,13 +391,8 @@ fn launch_regions<'p>(
     let mut launched = Vec::with_capacity(plan.regions.len());
     for region in &plan.regions {
         match run_region(rt, ordinal, graph, region, values) {
-            Ok((outs, done, donated)) => {
+            Ok((outs, done)) => {
                 metrics::add(&C.region_outputs, region.outputs.len() as u64);
-                // Their memory now belongs to the results: held on, they
-                // were counted twice until the job ended.
-                for d in donated {
-                    values.bufs[d.index()] = None;
-                }
                 for (o, b) in region.outputs.iter().zip(outs) {
                     values.bufs[o.index()] = Some(b);
                 }
@@ -436,14 +431,6 @@ fn region_error(graph: &Graph, region: &Region, stage: &'static str, message: St
     }
 }
 
-/// A launched region: its results, its completion (none when it already
-/// finished) and the parameters whose buffers it was given.
-type Launch = (
-    Vec<Arc<DeviceBuffer>>,
-    Option<crate::backend::Completion>,
-    SmallVec<[NodeId; 4]>,
-);
-
 /// Compiles (or fetches) and launches one region.
 fn run_region(
     rt: &Runtime,
@@ -451,7 +438,7 @@ fn run_region(
     graph: &Graph,
     region: &Region,
     values: &Values,
-) -> Result<Launch> {
+) -> Result<(Vec<Arc<DeviceBuffer>>, Option<crate::backend::Completion>)> {
     let _span =
         tracing::debug_span!("region", key = %region.key, nodes = region.nodes.len()).entered();
     // Buffer parameters in order, then one buffer per scalar pack (the
@@ -504,11 +491,8 @@ fn run_region(
         .iter()
         .map(|&(k, _)| region.arg_of(k))
         .collect();
-    let donated = donated_params(region, &region.aliases);
-    let (bufs, done) = rt
-        .launch(&exe, &args, &donate, ordinal, &outs)
-        .map_err(|e| describe("execution", e))?;
-    Ok((bufs, done, donated))
+    rt.launch(&exe, &args, &donate, ordinal, &outs)
+        .map_err(|e| describe("execution", e))
 }
 
 /// Compiles (or fetches) and launches a region with a sharded argument as
@@ -521,7 +505,7 @@ fn run_spmd_region(
     region: &Region,
     args: &[&DeviceBuffer],
     mesh: &crate::spmd::Mesh,
-) -> Result<Launch> {
+) -> Result<(Vec<Arc<DeviceBuffer>>, Option<crate::backend::Completion>)> {
     use crate::spmd::{Sharding, SpmdLayout};
     let mut buffers = args.iter();
     let params: Vec<Sharding> = region
@@ -558,19 +542,11 @@ fn run_spmd_region(
         })
         .map_err(|e| describe("compile", e))?;
     let outs = output_types(graph, region);
-    let donated = donated_params(region, &layout.aliases);
-    let (bufs, done) = rt
-        .launch_spmd(&exe, args, &layout, &donate, &outs)
+    rt.launch_spmd(&exe, args, &layout, &donate, &outs)
         .map_err(|e| match e {
             e @ Error::Pjrt(_) => e,
             e => describe("execution", e),
-        })?;
-    Ok((bufs, done, donated))
-}
-
-/// The parameters whose buffers `aliases` give to the results.
-fn donated_params(region: &Region, aliases: &[(usize, usize)]) -> SmallVec<[NodeId; 4]> {
-    aliases.iter().map(|&(k, _)| region.params[k]).collect()
+        })
 }
 
 /// The shape and dtype of each of `region`'s results.
