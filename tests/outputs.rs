@@ -7,6 +7,7 @@ mod common;
 use common::mlp::{batch, Mlp};
 use common::{dev, metrics_lock};
 use lazyfuse::metrics::snapshot;
+use lazyfuse::nn::Module;
 use lazyfuse::optim::{params_of, Optimizer, Sgd};
 use lazyfuse::{DType, FusionGuard, Result, Tensor};
 
@@ -22,6 +23,7 @@ test_device!(
     same_program_same_decisions_on_two_threads,
     sync_still_computes_every_live_tensor,
     gradients_stay_readable_after_a_step,
+    a_training_step_writes_parameters_and_loss_only,
 );
 
 fn randn(dims: &[usize], seed: u64) -> Tensor {
@@ -370,5 +372,46 @@ fn gradients_stay_readable_after_a_step() {
     assert!(
         compiles[1..].iter().all(|&c| c == 0),
         "only the first step compiles: compiles per step {compiles:?}"
+    );
+}
+
+/// A training step written naturally (every layer's output a live local,
+/// the logits alive at `step()`) writes the updated parameters and the
+/// loss it reads, once the predictor has seen the logits and gradients
+/// go unread: not the gradients the parameters keep, not the activations.
+/// Its losses match `TPU_FUSION=0`, and it compiles nothing after warm-up.
+fn a_training_step_writes_parameters_and_loss_only() {
+    let _l = metrics_lock();
+    let run = |fuse: bool| -> (Vec<f32>, Vec<u64>, Vec<u64>) {
+        let _f = FusionGuard::new(fuse);
+        let m = Mlp::new(70);
+        let mut opt = Sgd::new(params_of(&m.params()), 0.1, 0.0, 0.0).unwrap();
+        let (x, y) = batch(32, 71);
+        let (mut losses, mut compiles) = (Vec::new(), Vec::new());
+        let outputs = outputs_per_iteration(10, || {
+            let before = snapshot().compiles;
+            let h = m.l1.forward(&x).unwrap();
+            let h = h.relu().unwrap();
+            let logits = m.l2.forward(&h).unwrap();
+            let loss = logits.cross_entropy_ids(&y, None).unwrap();
+            opt.zero_grad();
+            loss.backward().unwrap();
+            opt.step().unwrap();
+            losses.push(loss.item::<f32>().unwrap());
+            compiles.push(snapshot().compiles - before);
+        });
+        (losses, outputs, compiles)
+    };
+    let (want, _, _) = run(false);
+    let (got, outputs, compiles) = run(true);
+    assert_close(&got, &want);
+    // Four parameters and the loss.
+    assert!(
+        outputs[3..].iter().all(|&n| n == 5),
+        "values written per step: {outputs:?}"
+    );
+    assert!(
+        compiles[3..].iter().all(|&c| c == 0),
+        "compiles per step: {compiles:?}"
     );
 }

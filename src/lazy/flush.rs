@@ -60,7 +60,7 @@ impl ThreadGraph {
         let (n, m) = (g.graph.len(), g.inputs.len());
         let graph = std::mem::replace(&mut g.graph, Graph::with_capacity(n));
         let mut owners = std::mem::replace(&mut g.owners, Vec::with_capacity(n));
-        let inputs = std::mem::replace(&mut g.inputs, Vec::with_capacity(m));
+        let mut inputs = std::mem::replace(&mut g.inputs, Vec::with_capacity(m));
         g.leaves.clear();
         g.gen = super::graph::next_generation();
         let live: Vec<Live> = owners
@@ -69,6 +69,9 @@ impl ThreadGraph {
             .filter(|(_, o)| o.as_ref().is_some_and(|t| Arc::strong_count(t) > 1))
             .map(|(i, o)| (NodeId::new(i), o.take().expect("filtered")))
             .collect();
+        if std::mem::take(&mut g.retained) {
+            drop_dead_inputs(&graph, &live, &mut inputs);
+        }
         let (mut outputs, mut left_out) = self.select(&graph, live, need);
         if !left_out.is_empty() {
             keep_what_pins_dying_inputs(&graph, &inputs, &mut outputs, &mut left_out);
@@ -182,12 +185,39 @@ fn describe(graph: &Graph, n: NodeId) -> String {
     )
 }
 
+/// Drops the graph inputs that no live tensor's slice reads: those of the
+/// slices an earlier flush retained for tensors that have died since (a
+/// step's gradients, dropped by `zero_grad`). Their buffers are freed here,
+/// and values of earlier flushes they held (an activation a gradient read)
+/// die now, on the recording thread, so the predictor sees the program's
+/// drops at this flush, whatever the executor is still running.
+fn drop_dead_inputs(graph: &Graph, live: &[Live], inputs: &mut Vec<(NodeId, Input)>) {
+    let mut reached = vec![false; graph.len()];
+    let mut stack: Vec<NodeId> = live.iter().map(|(n, _)| *n).collect();
+    while let Some(id) = stack.pop() {
+        if !std::mem::replace(&mut reached[id.index()], true) {
+            stack.extend(graph.node(id).inputs.iter().copied());
+        }
+    }
+    inputs.retain(|(id, _)| reached[id.index()]);
+}
+
 /// Moves back to the outputs every left-out tensor whose slice reads a
 /// graph input that only this flush holds (no tensor does): retaining it
 /// would keep a buffer alive that the flush frees or donates (an optimizer
 /// step's old parameters, say), costing more memory and an in-place update
-/// for what computing the tensor costs. Deterministic: a buffer only the
-/// graph holds cannot gain a holder before the job runs.
+/// for what computing the tensor costs (logits the loop drops pin every
+/// weight for a few kilobytes).
+///
+/// The exception is gradients an optimizer step keeps readable (cold
+/// tensors): they read the old weights and are as large, so when they pin
+/// at most twice the bytes writing them would take (the weights and a
+/// batch uploaded for the step, no larger than the weights) they stay pending,
+/// a late `p.grad()` recomputes them from the held weights, and what they
+/// hold pins nothing more for the other left-out tensors. A step then
+/// writes its parameters and what the program reads, not its gradients.
+/// Deterministic: a buffer only the graph holds cannot gain a holder
+/// before the job runs, and sizes are shapes.
 fn keep_what_pins_dying_inputs(
     graph: &Graph,
     inputs: &[(NodeId, Input)],
@@ -214,8 +244,46 @@ fn keep_what_pins_dying_inputs(
     }
     // Visit marks stamped per walk, so no walk clears the whole graph's.
     let mut seen = vec![0u32; n];
-    let mut walk = 0u32;
     let mut stack = Vec::new();
+    // Gradients kept across an optimizer step (cold) read the old weights
+    // and are as large, plus a batch uploaded for the step (its labels,
+    // say): if they pin at most twice the bytes writing them would take,
+    // they stay pending and what they pin is held anyway.
+    let mut pinned = vec![false; n];
+    let (mut pinned_bytes, mut cold_bytes) = (0usize, 0usize);
+    let mut walk = 0u32;
+    for ((root, t), _) in left_out.iter() {
+        if !t.is_cold() {
+            continue;
+        }
+        walk += 1;
+        stack.clear();
+        stack.push(*root);
+        while let Some(id) = stack.pop() {
+            if std::mem::replace(&mut seen[id.index()], walk) == walk {
+                continue;
+            }
+            if dying[id.index()] {
+                if !std::mem::replace(&mut pinned[id.index()], true) {
+                    pinned_bytes += bytes(graph, id);
+                }
+                continue;
+            }
+            if id != *root && stop[id.index()] {
+                continue;
+            }
+            stack.extend(graph.node(id).inputs.iter().copied());
+        }
+        cold_bytes += bytes(graph, *root);
+    }
+    if pinned_bytes > 0 && pinned_bytes <= 2 * cold_bytes {
+        for (d, p) in dying.iter_mut().zip(&pinned) {
+            *d &= !p;
+        }
+    }
+    // Computed in order: a tensor moved to the outputs becomes an input of
+    // the retained slices, so a later one reading a dying input only
+    // through it stays left out.
     let mut i = 0;
     while i < left_out.len() {
         let root = left_out[i].0 .0;
@@ -246,6 +314,12 @@ fn keep_what_pins_dying_inputs(
     }
 }
 
+/// The size of node `id`'s value.
+fn bytes(graph: &Graph, id: NodeId) -> usize {
+    let node = graph.node(id);
+    node.shape.numel() * node.dtype.size_in_bytes()
+}
+
 /// Copies the backward slice of every left-out tensor into `g` (the graph's
 /// next generation) and points the tensors at their new nodes. Values this
 /// flush computes become future inputs; graph inputs stay held.
@@ -265,6 +339,7 @@ fn retain(
     for (i, (id, _)) in outputs.iter().enumerate() {
         output_at[id.index()] = Some(i);
     }
+    g.retained = true;
     let mut map: Vec<Option<NodeId>> = vec![None; n];
     let mut stack: Vec<(NodeId, bool)> = Vec::new();
     for ((root, _), _) in left_out {

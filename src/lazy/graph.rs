@@ -57,6 +57,10 @@ pub(super) struct GraphState {
     /// here, under the lock recording holds anyway, instead of in a shared
     /// atomic per op).
     pub recorded: u64,
+    /// Whether a flush copied the slices of left-out tensors into this
+    /// generation (see `flush::retain`): the next flush then drops the
+    /// inputs of those that died before it observes what the program used.
+    pub retained: bool,
 }
 
 /// The most dead values a graph keeps for reuse (see `GraphState::spare`):
@@ -80,6 +84,7 @@ impl GraphState {
             inputs: Vec::new(),
             fuse: false,
             recorded: 0,
+            retained: false,
         }
     }
 

@@ -70,9 +70,10 @@ impl Param {
     /// Replaces the value with an optimizer's update of it: as [`Param::set`],
     /// but the gradient the update consumed stays readable (as in PyTorch,
     /// `p.grad()` after `step()` is the step's gradient until `zero_grad`).
-    /// Marked cold: a flush leaves it out unless the program is seen to
-    /// read it, or retaining it would keep the old weights alive (then the
-    /// step computes it, from its first run, so its program never changes).
+    /// Marked cold: a flush leaves it out from the first step unless the
+    /// program is seen to read it, holding the old weights it reads (not
+    /// updated in place) until it dies; only when what it reads is more
+    /// than twice its size does the step compute it instead.
     #[track_caller]
     pub(crate) fn update(&self, value: Tensor) -> Result<()> {
         let grad = self.grad();
