@@ -70,7 +70,7 @@ impl ThreadGraph {
             .map(|(i, o)| (NodeId::new(i), o.take().expect("filtered")))
             .collect();
         if std::mem::take(&mut g.retained) {
-            drop_dead_inputs(&graph, &live, &mut inputs);
+            keep_inputs_read_by(&graph, live.iter().map(|(n, _)| *n), &mut inputs);
         }
         let (mut outputs, mut left_out) = self.select(&graph, live, need);
         if !left_out.is_empty() {
@@ -78,6 +78,7 @@ impl ThreadGraph {
         }
         if !left_out.is_empty() {
             retain(&graph, &inputs, &outputs, &left_out, &mut g);
+            keep_inputs_read_by(&graph, outputs.iter().map(|(n, _)| *n), &mut inputs);
         }
         let job = Job {
             rt: self.device.rt.clone(),
@@ -185,15 +186,25 @@ fn describe(graph: &Graph, n: NodeId) -> String {
     )
 }
 
-/// Drops the graph inputs that no live tensor's slice reads: those of the
-/// slices an earlier flush retained for tensors that have died since (a
-/// step's gradients, dropped by `zero_grad`). Their buffers are freed here,
-/// and values of earlier flushes they held (an activation a gradient read)
-/// die now, on the recording thread, so the predictor sees the program's
-/// drops at this flush, whatever the executor is still running.
-fn drop_dead_inputs(graph: &Graph, live: &[Live], inputs: &mut Vec<(NodeId, Input)>) {
+/// Keeps only the graph inputs that the slices of `roots` read, so that
+/// nothing holds a value longer than the program's own handles and the
+/// slices that need it. Used twice per flush that involves retained slices:
+/// - before observing drops, with the live tensors as roots: the slices an
+///   earlier flush retained for tensors that have died since (a step's
+///   gradients, dropped by `zero_grad`) release their inputs now, so an
+///   activation such a gradient read is seen dead at this flush, not one
+///   later;
+/// - after retaining, with the outputs as roots: the job holds only what
+///   it computes from (the left-out slices hold their inputs in the next
+///   generation), so when a value dies never depends on when the executor
+///   runs the job.
+fn keep_inputs_read_by(
+    graph: &Graph,
+    roots: impl Iterator<Item = NodeId>,
+    inputs: &mut Vec<(NodeId, Input)>,
+) {
     let mut reached = vec![false; graph.len()];
-    let mut stack: Vec<NodeId> = live.iter().map(|(n, _)| *n).collect();
+    let mut stack: Vec<NodeId> = roots.collect();
     while let Some(id) = stack.pop() {
         if !std::mem::replace(&mut reached[id.index()], true) {
             stack.extend(graph.node(id).inputs.iter().copied());
