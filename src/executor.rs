@@ -333,8 +333,8 @@ fn read_inputs(inputs: Vec<(NodeId, Input)>, values: &mut Values) -> Vec<NodeId>
 /// The flush prunes a job's inputs too (`keep_inputs_read_by` in
 /// `lazy::flush`), but only when it retains slices, and by a walk of the
 /// graph from the outputs. This covers every job, from the plan's region
-/// parameters it already has: what the plan pruned (dead nodes, values it
-/// folded) no longer pins an input for the job's duration.
+/// parameters it already has: an input only nodes the plan pruned read
+/// (dead ones) no longer lives for the job's duration.
 fn release_unread(plan: &Plan, wanted: &[NodeId], dying: &[NodeId], values: &mut Values) {
     if dying.is_empty() {
         return;
