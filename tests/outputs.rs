@@ -24,6 +24,7 @@ test_device!(
     sync_still_computes_every_live_tensor,
     gradients_stay_readable_after_a_step,
     a_training_step_writes_parameters_and_loss_only,
+    backward_uses_forward_outputs_however_they_are_held,
 );
 
 fn randn(dims: &[usize], seed: u64) -> Tensor {
@@ -414,4 +415,57 @@ fn a_training_step_writes_parameters_and_loss_only() {
         compiles[3..].iter().all(|&c| c == 0),
         "compiles per step: {compiles:?}"
     );
+}
+
+/// Backward applies each op's rule to that op's own output, however the
+/// program held it: the natural chain of temporaries and the same chain
+/// with every intermediate bound to a local record and run the same ops,
+/// with the same gradients, fused and unfused. (Backward used to record an
+/// op again when nothing but an executor job still held its output, so an
+/// unfused step ran a varying number of regions and a fused backward after
+/// a read recorded the forward ops twice.)
+fn backward_uses_forward_outputs_however_they_are_held() {
+    let _l = metrics_lock();
+    let x = randn(&[4, 8], 80);
+    let run = |fuse: bool, hold: bool| -> (u64, u64, Vec<f32>) {
+        let _f = FusionGuard::new(fuse);
+        let w1 = randn(&[8, 6], 81).with_grad().unwrap();
+        let w2 = randn(&[6, 3], 82).with_grad().unwrap();
+        lazyfuse::sync();
+        let before = snapshot();
+        let (loss, held) = if hold {
+            let a = x.matmul(&w1).unwrap();
+            let h = a.tanh().unwrap();
+            let z = h.matmul(&w2).unwrap();
+            let e = z.exp().unwrap();
+            (e.mean_all().unwrap(), vec![a, h, z, e])
+        } else {
+            let e = x.matmul(&w1).unwrap().tanh().unwrap();
+            let e = e.matmul(&w2).unwrap().exp().unwrap();
+            (e.mean_all().unwrap(), Vec::new())
+        };
+        // A read before backward: the forward runs, and nothing but the
+        // grad nodes (and `held`) keeps its intermediates.
+        let _ = loss.item::<f32>().unwrap();
+        loss.backward().unwrap();
+        let mut grads = w1.grad().unwrap().to_vec::<f32>().unwrap();
+        grads.extend(w2.grad().unwrap().to_vec::<f32>().unwrap());
+        drop(held);
+        let after = snapshot();
+        (
+            after.regions_executed - before.regions_executed,
+            after.ops_recorded - before.ops_recorded,
+            grads,
+        )
+    };
+    for fuse in [false, true] {
+        let natural = run(fuse, false);
+        let held = run(fuse, true);
+        assert_eq!(
+            (natural.0, natural.1),
+            (held.0, held.1),
+            "regions run and ops recorded (fused: {fuse}), natural vs held"
+        );
+        assert_eq!(natural.2, held.2, "gradients (fused: {fuse})");
+    }
 }

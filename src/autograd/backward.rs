@@ -93,6 +93,13 @@ pub(super) fn run(root: &Tensor, retain: bool, loc: &'static Location<'static>) 
     let seed = root.ones_like()?;
     let mut grads: HashMap<usize, Tensor> = HashMap::new();
     grads.insert(key(&rm), seed);
+    // The outputs of nodes still to visit, as their consumers saved them:
+    // held here once a consumer releases its operands, so every node's
+    // rule gets its own output rather than recording its op again.
+    // Otherwise whether the output survived would depend on who else held
+    // it, an executor job among them, and the recorded backward (its
+    // regions and their keys) on when that job ran.
+    let mut outs: HashMap<usize, Tensor> = HashMap::new();
     for m in &order {
         let Meta::Node(node) = &**m else { continue };
         let inputs = if retain {
@@ -115,8 +122,13 @@ pub(super) fn run(root: &Tensor, retain: bool, loc: &'static Location<'static>) 
                 Saved::Scalar(l, d) => Tensor::full(l.as_f64(), &[], *d, &device),
             })
             .collect::<Result<_>>()?;
-        let out = match node.out.upgrade() {
-            Some(inner) => Tensor(inner),
+        let out = match outs
+            .remove(&key(m))
+            .or_else(|| node.out.upgrade().map(Tensor))
+        {
+            Some(out) => out,
+            // Not reached from a consumer that saved it (nor alive): record
+            // the op again from its operands.
             None => {
                 let args: SmallVec<[Arg<'_>; 3]> = xs.iter().map(Arg::T).collect();
                 Tensor::apply_args(node.op.clone(), &args, node.origin)?
@@ -146,6 +158,9 @@ pub(super) fn run(root: &Tensor, retain: bool, loc: &'static Location<'static>) 
                     let mut slot = grads.remove(&k);
                     accumulate(&mut slot, gi)?;
                     grads.insert(k, slot.expect("just accumulated"));
+                    if !retain {
+                        outs.entry(k).or_insert_with(|| t.clone());
+                    }
                 }
                 None => {}
             }
