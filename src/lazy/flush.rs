@@ -93,6 +93,7 @@ impl ThreadGraph {
             reason,
         };
         let (latch, here) = self.device.executor.submit(job);
+        self.predictor.lock().computed_by(&latch);
         drop(g);
         self.recycle(owners);
         if let Some(job) = here {

@@ -26,49 +26,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-/// Completion of one flushed graph: readers of its values wait on it.
-#[derive(Default)]
-pub(crate) struct Latch {
-    done: Mutex<bool>,
-    cv: Condvar,
-}
-
-impl Latch {
-    /// Blocks until the job has bound its values.
-    pub(crate) fn wait(&self) {
-        let mut d = self.done.lock();
-        while !*d {
-            self.cv.wait(&mut d);
-        }
-    }
-
-    fn open(&self) {
-        *self.done.lock() = true;
-        self.cv.notify_all();
-    }
-}
-
-/// A value computed by a job, as the layer above represents it.
-pub(crate) trait Slot: Send + Sync {
-    /// The job computing this value was queued: readers must wait on `latch`.
-    /// Called under the queue lock, so a graph that observes the value in
-    /// flight is always queued after the job computing it.
-    fn start(&self, latch: &Arc<Latch>);
-    /// The job finished: the value, or why it could not be computed. Has no
-    /// effect on a slot that is not in flight (already bound).
-    fn bind(&self, value: Result<Arc<DeviceBuffer>>);
-    /// The value, for a later job that reads it (waits for its latch).
-    fn read(&self) -> Result<Arc<DeviceBuffer>>;
-}
-
-/// A graph input: a materialised buffer, or a value an earlier (already
-/// queued) job computes, read when this graph's job runs.
-pub(crate) enum Input {
-    /// Already on the device.
-    Buffer(Arc<DeviceBuffer>),
-    /// Being computed by an earlier job.
-    Future(Arc<dyn Slot>),
-}
+mod seam;
+pub(crate) use seam::{Input, Latch, Slot};
 
 /// A flushed graph with everything needed to run it.
 pub(crate) struct Job {
@@ -81,7 +40,9 @@ pub(crate) struct Job {
     /// Nodes whose values are wanted, with where to bind them. Weak: a job
     /// never keeps a value alive (when a tensor dies is the program's
     /// business, and output prediction relies on it); a value nobody holds
-    /// any more by the time its job ends is computed and dropped.
+    /// any more by the time its job ends is computed and dropped. The
+    /// executor holds each one strongly only while binding it, inside
+    /// [`Latch::binding`], which readers of liveness can wait out.
     pub outputs: Vec<(NodeId, Weak<dyn Slot>)>,
     /// Values entering the graph from outside.
     pub inputs: Vec<(NodeId, Input)>,
@@ -225,14 +186,16 @@ fn run_job(job: Job, latch: &Latch, plans: &Mutex<PlanCache>) {
     } = job;
     let _span =
         tracing::debug_span!("flush", reason = reason.name(), nodes = graph.len()).entered();
-    let for_panic: Vec<Weak<dyn Slot>> = outputs.iter().map(|(_, s)| s.clone()).collect();
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        execute_graph(&rt, ordinal, &graph, outputs, inputs, fuse, plans)
+        let values = execute_graph(&rt, ordinal, &graph, &outputs, inputs, fuse, plans);
+        latch.binding(|| bind_outputs(&outputs, &values));
     }));
     if r.is_err() {
-        for s in for_panic.iter().filter_map(Weak::upgrade) {
-            s.bind(Err(Error::internal("panic while running a flushed graph")));
-        }
+        latch.binding(|| {
+            for s in outputs.iter().filter_map(|(_, s)| s.upgrade()) {
+                s.bind(Err(Error::internal("panic while running a flushed graph")));
+            }
+        });
     }
     // Everything the job held is released before its readers wake up, so
     // they observe the final buffer accounting.
@@ -272,11 +235,11 @@ fn execute_graph(
     rt: &Runtime,
     ordinal: usize,
     graph: &Graph,
-    outputs: Vec<(NodeId, Weak<dyn Slot>)>,
+    outputs: &[(NodeId, Weak<dyn Slot>)],
     inputs: Vec<(NodeId, Input)>,
     fuse: bool,
     plans: &Mutex<PlanCache>,
-) {
+) -> Values {
     rt.begin_flush();
     let mut values = Values {
         bufs: vec![None; graph.len()],
@@ -288,16 +251,7 @@ fn execute_graph(
     release_unread(&plan, &wanted, &dying, &mut values);
     let launched = launch_regions(rt, ordinal, graph, &plan, &mut values);
     await_regions(rt, graph, launched, &mut values);
-    for (id, slot) in outputs {
-        let Some(slot) = slot.upgrade() else { continue };
-        slot.bind(match values.get(id) {
-            Some(r) => r.cloned(),
-            None => Err(Error::internal(format!(
-                "node {} was not computed by the plan",
-                id.index()
-            ))),
-        });
-    }
+    values
 }
 
 /// Step 1: reads the graph's inputs (futures were computed by earlier jobs,
@@ -425,6 +379,22 @@ fn await_regions(
             let e = region_error(graph, region, "execution", e.message());
             values.fail_region(region, e);
         }
+    }
+}
+
+/// Step 5: hands each output still held by the program its value. The only
+/// strong handles the executor takes to them, one at a time, inside
+/// [`Latch::binding`].
+fn bind_outputs(outputs: &[(NodeId, Weak<dyn Slot>)], values: &Values) {
+    for (id, slot) in outputs {
+        let Some(slot) = slot.upgrade() else { continue };
+        slot.bind(match values.get(*id) {
+            Some(r) => r.cloned(),
+            None => Err(Error::internal(format!(
+                "node {} was not computed by the plan",
+                id.index()
+            ))),
+        });
     }
 }
 
