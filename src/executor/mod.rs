@@ -46,6 +46,12 @@ pub(crate) struct Job {
     pub outputs: Vec<(NodeId, Weak<dyn Slot>)>,
     /// Values entering the graph from outside.
     pub inputs: Vec<(NodeId, Input)>,
+    /// The inputs whose buffers die with this job (donated, or freed before
+    /// its regions run when none reads them), when the flush decided it:
+    /// only this job held them then (see [`Executor::wait_earlier`]). With
+    /// `None`, those the job alone holds when it reads them (graphs without
+    /// fusion, which donate nothing).
+    pub dying: Option<Vec<NodeId>>,
     /// Fusion mode the graph was recorded under.
     pub fuse: bool,
     /// Why it was flushed (for the trace).
@@ -64,10 +70,21 @@ pub(crate) struct Executor {
 
 #[derive(Default)]
 struct Queue {
-    jobs: VecDeque<(Job, Arc<Latch>)>,
-    /// Jobs submitted and not yet finished (queued or running).
-    outstanding: usize,
+    jobs: VecDeque<Queued>,
+    /// Sequence numbers of the jobs submitted and not yet finished (queued
+    /// or running), in submission order. A job run on its submitter's
+    /// thread may finish after a later one the worker ran.
+    unfinished: VecDeque<u64>,
+    /// The sequence number of the next job submitted.
+    next: u64,
     worker_started: bool,
+}
+
+/// A submitted job, its latch and its place in submission order.
+pub(crate) struct Queued {
+    job: Job,
+    latch: Arc<Latch>,
+    seq: u64,
 }
 
 /// Executors that must drain before the process exits.
@@ -98,7 +115,7 @@ impl Executor {
     /// releases its graph and calls [`Executor::run_here`]; the job counts
     /// as outstanding until then, so a job queued meanwhile by another
     /// thread that reads its outputs waits for their latch.
-    pub(crate) fn submit(self: &Arc<Self>, job: Job) -> (Arc<Latch>, Option<Job>) {
+    pub(crate) fn submit(self: &Arc<Self>, job: Job) -> (Arc<Latch>, Option<Queued>) {
         let latch = Arc::new(Latch::default());
         let start = |job: &Job| {
             for s in job.outputs.iter().filter_map(|(_, s)| s.upgrade()) {
@@ -112,13 +129,20 @@ impl Executor {
         }
         let mut q = self.queue.lock();
         start(&job);
-        q.outstanding += 1;
+        let seq = q.next;
+        q.next += 1;
+        q.unfinished.push_back(seq);
         let waited = matches!(job.reason, FlushReason::Read | FlushReason::Realize);
-        if waited && q.outstanding == 1 && crate::config::inline_waits() {
+        let queued = Queued {
+            job,
+            latch: latch.clone(),
+            seq,
+        };
+        if waited && q.unfinished.len() == 1 && crate::config::inline_waits() {
             metrics::add(&C.flushes_inline, 1);
-            return (latch, Some(job));
+            return (latch, Some(queued));
         }
-        q.jobs.push_back((job, latch.clone()));
+        q.jobs.push_back(queued);
         if !q.worker_started {
             q.worker_started = true;
             let me = self.clone();
@@ -132,21 +156,23 @@ impl Executor {
     }
 
     /// Runs a job that [`Executor::submit`] handed back, on this thread.
-    pub(crate) fn run_here(&self, job: Job, latch: &Latch) {
-        run_job(job, latch, &self.plans);
-        self.finished();
+    pub(crate) fn run_here(&self, queued: Queued) {
+        run_job(queued.job, &queued.latch, &self.plans);
+        self.finished(queued.seq);
     }
 
-    /// Counts an outstanding job as done and wakes whoever drains.
-    fn finished(&self) {
+    /// Counts job `seq` as done and wakes whoever waits for it.
+    fn finished(&self, seq: u64) {
         let mut q = self.queue.lock();
-        q.outstanding -= 1;
+        if let Some(i) = q.unfinished.iter().position(|&s| s == seq) {
+            q.unfinished.remove(i);
+        }
         self.cv.notify_all();
     }
 
     fn work(&self) {
         loop {
-            let (job, latch) = {
+            let queued = {
                 let mut q = self.queue.lock();
                 loop {
                     if let Some(j) = q.jobs.pop_front() {
@@ -155,8 +181,24 @@ impl Executor {
                     self.cv.wait(&mut q);
                 }
             };
-            run_job(job, &latch, &self.plans);
-            self.finished();
+            run_job(queued.job, &queued.latch, &self.plans);
+            self.finished(queued.seq);
+        }
+    }
+
+    /// Waits until every job submitted before this call has finished (jobs
+    /// other threads submit meanwhile are not waited for). A flush of a
+    /// fused graph calls this before deciding which of its inputs die with
+    /// it: a finished job holds none of them, so a buffer's holders are
+    /// then the program's alone, and the decision (which changes what the
+    /// regions donate, and so their keys) is the same however far the
+    /// worker had got. The flush's own job still runs asynchronously:
+    /// recording overlaps one job at a time.
+    pub(crate) fn wait_earlier(&self) {
+        let mut q = self.queue.lock();
+        let before = q.next;
+        while q.unfinished.front().is_some_and(|&s| s < before) {
+            self.cv.wait(&mut q);
         }
     }
 
@@ -164,7 +206,7 @@ impl Executor {
     pub(crate) fn drain(&self, timeout: Duration) {
         let deadline = std::time::Instant::now() + timeout;
         let mut q = self.queue.lock();
-        while q.outstanding > 0 {
+        while !q.unfinished.is_empty() {
             if self.cv.wait_until(&mut q, deadline).timed_out() {
                 return;
             }
@@ -174,32 +216,23 @@ impl Executor {
 
 /// Runs one job and always opens its latch, even if running it panics
 /// (a bug): its values then fail instead of hanging their readers.
-fn run_job(job: Job, latch: &Latch, plans: &Mutex<PlanCache>) {
-    let Job {
-        rt,
-        ordinal,
-        graph,
-        outputs,
-        inputs,
-        fuse,
-        reason,
-    } = job;
-    let _span =
-        tracing::debug_span!("flush", reason = reason.name(), nodes = graph.len()).entered();
+fn run_job(mut job: Job, latch: &Latch, plans: &Mutex<PlanCache>) {
+    let _span = tracing::debug_span!("flush", reason = job.reason.name(), nodes = job.graph.len())
+        .entered();
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let values = execute_graph(&rt, ordinal, &graph, &outputs, inputs, fuse, plans);
-        latch.binding(|| bind_outputs(&outputs, &values));
+        let values = execute_graph(&mut job, plans);
+        latch.binding(|| bind_outputs(&job.outputs, &values));
     }));
     if r.is_err() {
         latch.binding(|| {
-            for s in outputs.iter().filter_map(|(_, s)| s.upgrade()) {
+            for s in job.outputs.iter().filter_map(|(_, s)| s.upgrade()) {
                 s.bind(Err(Error::internal("panic while running a flushed graph")));
             }
         });
     }
     // Everything the job held is released before its readers wake up, so
     // they observe the final buffer accounting.
-    drop(graph);
+    drop(job);
     drop(_span);
     latch.open();
 }
@@ -231,22 +264,18 @@ impl Values {
     }
 }
 
-fn execute_graph(
-    rt: &Runtime,
-    ordinal: usize,
-    graph: &Graph,
-    outputs: &[(NodeId, Weak<dyn Slot>)],
-    inputs: Vec<(NodeId, Input)>,
-    fuse: bool,
-    plans: &Mutex<PlanCache>,
-) -> Values {
+/// Steps 1 to 4 of a job: its inputs read, its plan, its regions launched
+/// and awaited. Returns the values computed.
+fn execute_graph(job: &mut Job, plans: &Mutex<PlanCache>) -> Values {
+    let (rt, ordinal, graph, fuse) = (&*job.rt, job.ordinal, &job.graph, job.fuse);
     rt.begin_flush();
     let mut values = Values {
         bufs: vec![None; graph.len()],
         failed: HashMap::new(),
     };
-    let dying = read_inputs(inputs, &mut values);
-    let wanted: Vec<NodeId> = outputs.iter().map(|(n, _)| *n).collect();
+    let dying_now = read_inputs(std::mem::take(&mut job.inputs), &mut values);
+    let dying = job.dying.take().unwrap_or(dying_now);
+    let wanted: Vec<NodeId> = job.outputs.iter().map(|(n, _)| *n).collect();
     let plan = plan_graph(graph, &wanted, &dying, fuse, plans);
     release_unread(&plan, &wanted, &dying, &mut values);
     let launched = launch_regions(rt, ordinal, graph, &plan, &mut values);

@@ -55,6 +55,13 @@ impl ThreadGraph {
         }
         metrics::flush(reason);
         g.count_recorded();
+        if g.fuse {
+            // Earlier jobs release what they hold of this graph's inputs,
+            // and the values they compute are read now: which inputs die
+            // with this job is then the program's doing alone.
+            self.device.executor.wait_earlier();
+            read_futures(&mut g.inputs);
+        }
         // The next generation starts with this one's room: a loop records
         // graphs of one size, so its recording never regrows them.
         let (n, m) = (g.graph.len(), g.inputs.len());
@@ -80,6 +87,7 @@ impl ThreadGraph {
             retain(&graph, &inputs, &outputs, &left_out, &mut g);
             keep_inputs_read_by(&graph, outputs.iter().map(|(n, _)| *n), &mut inputs);
         }
+        let dying = g.fuse.then(|| dying_inputs(&inputs).collect());
         let job = Job {
             rt: self.device.rt.clone(),
             ordinal: self.device.ordinal,
@@ -89,6 +97,7 @@ impl ThreadGraph {
                 .map(|(n, t)| (*n, Arc::downgrade(t) as Weak<dyn Slot>))
                 .collect(),
             inputs,
+            dying,
             fuse: g.fuse,
             reason,
         };
@@ -101,7 +110,7 @@ impl ThreadGraph {
             // into it meanwhile; what they read of it is in flight) and,
             // as on the executor thread, holding the outputs only weakly.
             drop((outputs, left_out));
-            self.device.executor.run_here(job, &latch);
+            self.device.executor.run_here(job);
         }
         Some(latch)
     }
@@ -187,6 +196,30 @@ fn describe(graph: &Graph, n: NodeId) -> String {
     )
 }
 
+/// Replaces each input an earlier job computed with its value, which that
+/// job has bound (the flush waited for it): the graph then holds the
+/// buffer, not the tensor, so a tensor the program has dropped is dead now
+/// and its buffer is seen to die with this job. An input that failed stays
+/// as it is, for the job to report.
+fn read_futures(inputs: &mut [(NodeId, Input)]) {
+    for (_, input) in inputs.iter_mut() {
+        if let Input::Future(s) = input {
+            if let Ok(b) = s.read() {
+                *input = Input::Buffer(b);
+            }
+        }
+    }
+}
+
+/// The inputs whose buffer nothing but the graph holds: no tensor and no
+/// other graph can reach them any more, so they die with its job.
+fn dying_inputs(inputs: &[(NodeId, Input)]) -> impl Iterator<Item = NodeId> + '_ {
+    inputs.iter().filter_map(|(id, input)| match input {
+        Input::Buffer(b) if Arc::strong_count(b) == 1 => Some(*id),
+        _ => None,
+    })
+}
+
 /// Keeps only the graph inputs that the slices of `roots` read, so that
 /// nothing holds a value longer than the program's own handles and the
 /// slices that need it. Used twice per flush that involves retained slices:
@@ -239,13 +272,9 @@ fn keep_what_pins_dying_inputs(
     let n = graph.len();
     let mut dying = vec![false; n];
     let mut any = false;
-    for (id, input) in inputs {
-        if let Input::Buffer(b) = input {
-            if Arc::strong_count(b) == 1 {
-                dying[id.index()] = true;
-                any = true;
-            }
-        }
+    for id in dying_inputs(inputs) {
+        dying[id.index()] = true;
+        any = true;
     }
     if !any {
         return;
