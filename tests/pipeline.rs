@@ -51,31 +51,40 @@ fn expected(x: &Tensor, w: &Tensor) -> Vec<f32> {
         .unwrap()
 }
 
-/// An upload and an intermediate the program holds at their flushes and
-/// drops right after, while the jobs reading them still wait behind a slow
-/// one: neither is donated, on every iteration, and the values are right.
-fn inputs_held_at_the_flush_are_not_donated_however_late_the_job_runs() {
+/// Buffers donated over four iterations of `step` (given the upload's
+/// seed and the weight, returning the result), each queued behind a slow
+/// job; every result is checked against an unfused run.
+fn donations_over(step: impl Fn(u64, &Tensor) -> Tensor) -> u64 {
     let _l = metrics_lock();
     let _f = FusionGuard::new(true);
     let (a, w) = (randn(&[256, 256], 1), randn(&[N, N], 2));
-    let before = snapshot();
+    let before = snapshot().buffers_donated;
     for i in 0..4 {
         let want = expected(&upload(i), &w);
         let slow = slow_job(&a);
+        let z = step(i, &w);
+        assert_eq!(z.to_vec::<f32>().unwrap(), want, "iteration {i}");
+        drop(slow);
+    }
+    snapshot().buffers_donated - before
+}
+
+/// An upload and an intermediate the program holds at their flushes and
+/// drops right after, while the jobs reading them still wait behind a slow
+/// one: neither is donated, on any iteration, and the values are right.
+fn inputs_held_at_the_flush_are_not_donated_however_late_the_job_runs() {
+    let donated = donations_over(|i, w| {
         let x = upload(i);
-        let y = x.mul(&w).unwrap().tanh().unwrap();
+        let y = x.mul(w).unwrap().tanh().unwrap();
         lazyfuse::flush();
         drop(x);
         let z = y.sin().unwrap();
         lazyfuse::flush();
         drop(y);
-        assert_eq!(z.to_vec::<f32>().unwrap(), want, "iteration {i}");
-        drop(slow);
-    }
-    let after = snapshot();
+        z
+    });
     assert_eq!(
-        after.buffers_donated - before.buffers_donated,
-        0,
+        donated, 0,
         "a buffer the program held at the flush was donated"
     );
 }
@@ -83,18 +92,10 @@ fn inputs_held_at_the_flush_are_not_donated_however_late_the_job_runs() {
 /// The converse: an upload the program drops before the flush dies with
 /// the job, and is donated to the output it matches, every time.
 fn an_input_dropped_before_the_flush_is_donated() {
-    let _l = metrics_lock();
-    let _f = FusionGuard::new(true);
-    let (a, w) = (randn(&[256, 256], 3), randn(&[N, N], 4));
-    let before = snapshot();
-    for i in 0..4 {
-        let want = expected(&upload(i), &w);
-        let slow = slow_job(&a);
-        let z = upload(i).mul(&w).unwrap().tanh().unwrap().sin().unwrap();
+    let donated = donations_over(|i, w| {
+        let z = upload(i).mul(w).unwrap().tanh().unwrap().sin().unwrap();
         lazyfuse::flush();
-        assert_eq!(z.to_vec::<f32>().unwrap(), want, "iteration {i}");
-        drop(slow);
-    }
-    let after = snapshot();
-    assert_eq!(after.buffers_donated - before.buffers_donated, 4);
+        z
+    });
+    assert_eq!(donated, 4);
 }
