@@ -41,8 +41,8 @@ pub(crate) struct Job {
     /// never keeps a value alive (when a tensor dies is the program's
     /// business, and output prediction relies on it); a value nobody holds
     /// any more by the time its job ends is computed and dropped. The
-    /// executor holds each one strongly only while binding it, inside
-    /// [`Latch::binding`], which readers of liveness can wait out.
+    /// executor holds each one strongly only for the moment it binds it,
+    /// before the job finishes ([`Executor::wait_earlier`] waits that out).
     pub outputs: Vec<(NodeId, Weak<dyn Slot>)>,
     /// Values entering the graph from outside.
     pub inputs: Vec<(NodeId, Input)>,
@@ -188,12 +188,14 @@ impl Executor {
 
     /// Waits until every job submitted before this call has finished (jobs
     /// other threads submit meanwhile are not waited for). A flush of a
-    /// fused graph calls this before deciding which of its inputs die with
-    /// it: a finished job holds none of them, so a buffer's holders are
-    /// then the program's alone, and the decision (which changes what the
-    /// regions donate, and so their keys) is the same however far the
-    /// worker had got. The flush's own job still runs asynchronously:
-    /// recording overlaps one job at a time.
+    /// fused graph, or one that predicts outputs, calls this before
+    /// deciding which of its inputs die with it and which watched tensors
+    /// the program dropped: a finished job holds none of them (not even
+    /// the output it was binding), so the counts are the program's alone,
+    /// and the decisions (which change what the regions donate and write,
+    /// and so their keys) are the same however far the worker had got. The
+    /// flush's own job still runs asynchronously: recording overlaps one
+    /// job at a time.
     pub(crate) fn wait_earlier(&self) {
         let mut q = self.queue.lock();
         let before = q.next;
@@ -221,14 +223,12 @@ fn run_job(mut job: Job, latch: &Latch, plans: &Mutex<PlanCache>) {
         .entered();
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let values = execute_graph(&mut job, plans);
-        latch.binding(|| bind_outputs(&job.outputs, &values));
+        bind_outputs(&job.outputs, &values);
     }));
     if r.is_err() {
-        latch.binding(|| {
-            for s in job.outputs.iter().filter_map(|(_, s)| s.upgrade()) {
-                s.bind(Err(Error::internal("panic while running a flushed graph")));
-            }
-        });
+        for s in job.outputs.iter().filter_map(|(_, s)| s.upgrade()) {
+            s.bind(Err(Error::internal("panic while running a flushed graph")));
+        }
     }
     // Everything the job held is released before its readers wake up, so
     // they observe the final buffer accounting.
@@ -412,8 +412,7 @@ fn await_regions(
 }
 
 /// Step 5: hands each output still held by the program its value. The only
-/// strong handles the executor takes to them, one at a time, inside
-/// [`Latch::binding`].
+/// strong handles the executor takes to them, one at a time.
 fn bind_outputs(outputs: &[(NodeId, Weak<dyn Slot>)], values: &Values) {
     for (id, slot) in outputs {
         let Some(slot) = slot.upgrade() else { continue };

@@ -5,7 +5,6 @@
 use crate::runtime::DeviceBuffer;
 use crate::Result;
 use parking_lot::{Condvar, Mutex};
-use std::sync::atomic::{fence, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 
 /// Completion of one flushed graph: readers of its values wait on it.
@@ -13,10 +12,6 @@ use std::sync::Arc;
 pub(crate) struct Latch {
     done: Mutex<bool>,
     cv: Condvar,
-    /// A sequence number, odd while the job binds its outputs: the only
-    /// time the executor holds a strong handle to a value it computes
-    /// (see [`Latch::outside_binding`]).
-    binding: AtomicU64,
 }
 
 impl Latch {
@@ -31,45 +26,6 @@ impl Latch {
     pub(super) fn open(&self) {
         *self.done.lock() = true;
         self.cv.notify_all();
-    }
-
-    /// Runs `bind`, the job's loop that upgrades each output's weak handle
-    /// for the moment it takes to bind it, marked as binding (also if it
-    /// unwinds).
-    pub(crate) fn binding(&self, bind: impl FnOnce()) {
-        struct Section<'a>(&'a AtomicU64);
-        impl Drop for Section<'_> {
-            fn drop(&mut self) {
-                fence(SeqCst);
-                self.0.fetch_add(1, SeqCst);
-            }
-        }
-        self.binding.fetch_add(1, SeqCst);
-        fence(SeqCst);
-        let _section = Section(&self.binding);
-        bind();
-    }
-
-    /// `read`'s result at a moment this job is not binding its outputs,
-    /// so a strong count `read` takes of one of them counts only the
-    /// program's handles, not the executor's passing one. Output prediction
-    /// judges a value dead by that count: the executor's handle would
-    /// delay the judgement by a flush, depending on when the worker ran.
-    /// `read` may run more than once; a reader that meets the binding loop
-    /// waits the few microseconds it takes.
-    pub(crate) fn outside_binding<R>(&self, read: impl Fn() -> R) -> R {
-        loop {
-            let before = self.binding.load(SeqCst);
-            if before % 2 == 0 {
-                fence(SeqCst);
-                let r = read();
-                fence(SeqCst);
-                if self.binding.load(SeqCst) == before {
-                    return r;
-                }
-            }
-            std::thread::yield_now();
-        }
     }
 }
 

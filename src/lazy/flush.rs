@@ -55,11 +55,15 @@ impl ThreadGraph {
         }
         metrics::flush(reason);
         g.count_recorded();
-        if g.fuse {
-            // Earlier jobs release what they hold of this graph's inputs,
-            // and the values they compute are read now: which inputs die
-            // with this job is then the program's doing alone.
+        if g.fuse || need.is_some() {
+            // Earlier jobs release what they hold of this graph's inputs
+            // and of the tensors prediction watches (each output for the
+            // moment it is bound): which inputs die with this job, and which
+            // watched tensors the program dropped, are the program's doing
+            // alone.
             self.device.executor.wait_earlier();
+        }
+        if g.fuse {
             read_futures(&mut g.inputs);
         }
         // The next generation starts with this one's room: a loop records
@@ -102,7 +106,6 @@ impl ThreadGraph {
             reason,
         };
         let (latch, here) = self.device.executor.submit(job);
-        self.predictor.lock().computed_by(&latch);
         drop(g);
         self.recycle(owners);
         if let Some(job) = here {

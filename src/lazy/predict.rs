@@ -21,14 +21,14 @@
 //! Deterministic: decisions depend only on what the recording thread's
 //! program did (reads, uses, drops of its handles, observed at its own
 //! flushes), never on timing. The executor holds the tensors it computes
-//! weakly, and strongly only for the moment it binds each one; a watched
-//! tensor's count is read outside that moment ([`Latch::outside_binding`]),
-//! so when a tensor dies is decided by the program alone.
+//! weakly, and strongly only for the moment it binds each one, before its
+//! job finishes; a flush that observes first waits for the jobs queued
+//! before it ([`crate::executor::Executor::wait_earlier`]), so when a
+//! watched tensor dies is decided by the program alone.
 //! Each thread's graph learns on its own, so the same program makes the same
 //! decisions, and the same region keys, on every run and every thread.
 
 use super::value::TensorInner;
-use crate::executor::Latch;
 use lazyfuse_ir::Node;
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
@@ -83,34 +83,12 @@ impl Default for SiteStats {
 /// Bound on remembered sites (cleared past it, like the other caches).
 const MAX_SITES: usize = 1 << 16;
 
-/// A tensor computed only because it was live.
-struct Watched {
-    tensor: Weak<TensorInner>,
-    site: Site,
-    /// Set when the program reads or uses it.
-    used: Arc<AtomicBool>,
-    /// The job computing it ([`Predictor::computed_by`]), whose executor
-    /// holds it for a moment while binding it.
-    job: Option<Arc<Latch>>,
-}
-
-impl Watched {
-    /// Whether the program holds the tensor no more: a count taken outside
-    /// its job's binding, so the executor's passing handle never counts.
-    fn dead(&self) -> bool {
-        let count = || self.tensor.strong_count();
-        match &self.job {
-            Some(job) => job.outside_binding(count) == 0,
-            None => count() == 0,
-        }
-    }
-}
-
 /// One thread graph's learned decisions and the tensors it is watching.
 #[derive(Default)]
 pub(crate) struct Predictor {
     sites: HashMap<Site, SiteStats, BuildHasherDefault<ahash::AHasher>>,
-    watched: Vec<Watched>,
+    /// Tensors computed only because they were live, and their sites.
+    watched: Vec<(Weak<TensorInner>, Site, Arc<AtomicBool>)>,
 }
 
 impl Predictor {
@@ -132,24 +110,7 @@ impl Predictor {
 
     /// Starts watching `t`, computed only because it was live.
     pub(crate) fn watch(&mut self, t: &Arc<TensorInner>, site: Site) {
-        self.watched.push(Watched {
-            tensor: Arc::downgrade(t),
-            site,
-            used: t.watch_cell(),
-            job: None,
-        });
-    }
-
-    /// The tensors watched since the last call are computed by the job of
-    /// `latch` (called before the graph is released, so no flush observes
-    /// them in between).
-    pub(crate) fn computed_by(&mut self, latch: &Arc<Latch>) {
-        for w in self.watched.iter_mut().rev() {
-            if w.job.is_some() {
-                break;
-            }
-            w.job = Some(latch.clone());
-        }
+        self.watched.push((Arc::downgrade(t), site, t.watch_cell()));
     }
 
     /// Settles watched tensors: used ones confirm their site, dead unread
@@ -159,17 +120,17 @@ impl Predictor {
         if sites.len() > MAX_SITES {
             sites.clear();
         }
-        self.watched.retain(|w| {
+        self.watched.retain(|(w, site, used)| {
             // Liveness first: once dead, the cell is final.
-            let dead = w.dead();
-            if w.used.load(Relaxed) {
-                sites.entry(w.site).or_default().unread = 0;
+            let dead = w.strong_count() == 0;
+            if used.load(Relaxed) {
+                sites.entry(*site).or_default().unread = 0;
                 return false;
             }
             if !dead {
                 return true;
             }
-            let s = sites.entry(w.site).or_default();
+            let s = sites.entry(*site).or_default();
             s.unread += 1;
             if s.unread >= s.threshold {
                 s.leave_out = true;
@@ -184,81 +145,5 @@ impl Predictor {
         s.leave_out = false;
         s.unread = 0;
         s.threshold = s.threshold.saturating_mul(2);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::lazy::value::TensorState;
-    use lazyfuse_ir::{DType, Shape};
-    use std::sync::mpsc;
-    use std::time::Duration;
-
-    /// A watched tensor and the job computing it, as a flush leaves them.
-    fn watched(p: &mut Predictor, site: Site) -> (Arc<TensorInner>, Arc<Latch>) {
-        let state = TensorState::Failed(Box::new(crate::Error::internal("unused")));
-        let dev = crate::Device::interpreter();
-        let t = Arc::new(TensorInner::new(Shape::scalar(), DType::F32, &dev, state));
-        p.watch(&t, site);
-        let job = Arc::new(Latch::default());
-        p.computed_by(&job);
-        (t, job)
-    }
-
-    /// Plays the executor binding `t`: holds it strongly inside the job's
-    /// binding section until told to go on, then a while longer, so a flush
-    /// observing meanwhile meets the executor's handle.
-    fn bind_slowly(
-        job: Arc<Latch>,
-        t: &Arc<TensorInner>,
-    ) -> (std::thread::JoinHandle<()>, mpsc::Sender<()>) {
-        let weak = Arc::downgrade(t);
-        let (held_tx, held_rx) = mpsc::channel();
-        let (go_tx, go_rx) = mpsc::channel::<()>();
-        let worker = std::thread::spawn(move || {
-            job.binding(|| {
-                let held = weak.upgrade().expect("the program holds it");
-                held_tx.send(()).unwrap();
-                go_rx.recv().unwrap();
-                std::thread::sleep(Duration::from_millis(50));
-                drop(held);
-            })
-        });
-        held_rx.recv().unwrap();
-        (worker, go_tx)
-    }
-
-    /// The program drops a watched tensor while the executor is binding it:
-    /// the next flush counts the drop, as it would had the worker finished
-    /// earlier. The decision does not depend on where the worker was.
-    #[test]
-    fn a_tensor_dropped_while_its_job_binds_it_counts_as_dropped() {
-        let mut p = Predictor::default();
-        let (t, job) = watched(&mut p, 7);
-        let (worker, go) = bind_slowly(job, &t);
-        drop(t);
-        go.send(()).unwrap();
-        p.observe();
-        assert_eq!(p.sites.get(&7).map(|s| s.unread), Some(1));
-        assert!(p.watched.is_empty());
-        worker.join().unwrap();
-    }
-
-    /// The same moment with the program still holding the tensor: it stays
-    /// watched, and nothing counts against its site.
-    #[test]
-    fn a_tensor_held_while_its_job_binds_it_stays_watched() {
-        let mut p = Predictor::default();
-        let (t, job) = watched(&mut p, 9);
-        let (worker, go) = bind_slowly(job, &t);
-        go.send(()).unwrap();
-        p.observe();
-        assert!(p.sites.get(&9).is_none_or(|s| s.unread == 0));
-        assert_eq!(p.watched.len(), 1);
-        worker.join().unwrap();
-        drop(t);
-        p.observe();
-        assert_eq!(p.sites.get(&9).map(|s| s.unread), Some(1));
     }
 }
