@@ -82,6 +82,10 @@ pub(crate) fn flush_log(graph: &Graph, plan: &Plan) {
             let _ = writeln!(s, "    {} @ {}:{}", node.op.name(), o.file(), o.line());
         }
     }
+    for &n in &plan.constants {
+        let o = graph.node(n).origin;
+        let _ = writeln!(s, "  live scalar uploaded @ {}:{}", o.file(), o.line());
+    }
     let p = d.join(FLUSH_LOG);
     // One write per flush under the lock: entries never interleave.
     let r = std::fs::OpenOptions::new()

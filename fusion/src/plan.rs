@@ -121,6 +121,13 @@ impl Region {
 pub struct Plan {
     /// Regions in execution order.
     pub regions: Vec<Region>,
+    /// Live host scalars (liftable rank-0 constants a tensor holds), in id
+    /// order. No region computes them: their value would be part of its
+    /// key, so a scalar made fresh each step (`Tensor::full(lr, &[])`, or
+    /// the constant of a `mul_scalar` that autograd saved) would compile a
+    /// new executable every step. The runtime uploads each from its value,
+    /// and regions that read one take it lifted, like any host scalar.
+    pub constants: Vec<NodeId>,
 }
 
 impl Plan {
@@ -171,6 +178,10 @@ impl Plan {
                 let _ = writeln!(s, "  donate p{k} -> {}", name(region.outputs[j]));
             }
         }
+        for &id in &self.constants {
+            let n = graph.node(id);
+            let _ = writeln!(s, "constant {}{} (uploaded)", n.dtype, n.shape);
+        }
         s
     }
 }
@@ -192,8 +203,9 @@ pub fn plan(graph: &Graph, live: &[NodeId], opts: &PlanOptions) -> Plan {
 ///
 /// The steps, each a function of its own:
 /// 1. `prune`: keep only what the live nodes need;
-/// 2. `classify`: leaves become params, non-live constants are inlined
-///    (or lifted to params), everything else is computed, in order;
+/// 2. `classify`: leaves become params, scalars are lifted (live ones are
+///    [`Plan::constants`]), other non-live constants are inlined,
+///    everything else is computed, in order;
 /// 3. `cut`: cut the computed sequence into groups (`assign_groups`
 ///    records each node's group);
 /// 4. `crossing_values`: values read across groups become outputs of
@@ -213,6 +225,10 @@ pub fn plan_with_donation(
     }
     let needed = prune(graph, &is_live);
     let (mut group, seq) = classify(graph, &is_live, &needed);
+    let constants = graph
+        .ids()
+        .filter(|id| is_live[id.index()] && group[id.index()] == LIFTED)
+        .collect();
     let mut copy = vec![0u32; graph.len()];
     let groups = cut(graph, &seq, opts, &mut copy);
     assign_groups(&mut group, &groups);
@@ -229,7 +245,7 @@ pub fn plan_with_donation(
     if opts.fuse {
         donate(graph, &mut regions, dying, &is_live, &mut local);
     }
-    Plan { regions }
+    Plan { regions, constants }
 }
 
 /// Step 1, prune: the nodes live ones need, by a backward walk (index order
@@ -246,10 +262,11 @@ fn prune(graph: &Graph, is_live: &[bool]) -> Vec<bool> {
     needed
 }
 
-/// Step 2, classify: leaves are params (left [`UNASSIGNED`]), non-live
-/// constants are inlined into each region that uses them ([`INLINE`];
-/// liftable scalars become params instead, [`LIFTED`]), and everything else
-/// is computed: returned in order as the sequence to cut.
+/// Step 2, classify: leaves are params (left [`UNASSIGNED`]), liftable
+/// scalars become params ([`LIFTED`], live ones too: see
+/// [`Plan::constants`]), other non-live constants are inlined into each
+/// region that uses them ([`INLINE`]), and everything else is computed:
+/// returned in order as the sequence to cut.
 fn classify(graph: &Graph, is_live: &[bool], needed: &[bool]) -> (Vec<u32>, Vec<NodeId>) {
     let mut group = vec![UNASSIGNED; graph.len()];
     let mut seq: Vec<NodeId> = Vec::new();
@@ -258,12 +275,12 @@ fn classify(graph: &Graph, is_live: &[bool], needed: &[bool]) -> (Vec<u32>, Vec<
         if !needed[id.index()] || node.op.is_input() {
             continue;
         }
+        if node.op.is_liftable_scalar() {
+            group[id.index()] = LIFTED;
+            continue;
+        }
         if matches!(node.op, Op::Constant { .. }) && !is_live[id.index()] {
-            group[id.index()] = if node.op.is_liftable_scalar() {
-                LIFTED
-            } else {
-                INLINE
-            };
+            group[id.index()] = INLINE;
             continue;
         }
         seq.push(id);

@@ -120,6 +120,7 @@ fn adamw_over_200_params_is_200_runs_of_one_region() {
     );
     let first = Plan {
         regions: vec![p.regions[0].clone()],
+        constants: Vec::new(),
     };
     golden!(
         "adamw_over_200_params_is_200_runs_of_one_region",
@@ -323,4 +324,37 @@ fn the_cost_cap_splits_large_flushes() {
     assert_eq!(p.regions.len(), 4);
     assert_eq!(p.regions[0].nodes.len(), 30);
     assert_eq!(p.regions[3].outputs, vec![x]);
+}
+
+#[test]
+fn live_scalars_are_uploaded_not_computed_so_their_value_is_not_in_a_key() {
+    // A scalar the program holds (`Tensor::full(lr, &[])`, autograd's copy
+    // of a `mul_scalar` constant) and reads again in a later graph.
+    let keyed = |v: f64, fuse: bool| {
+        let mut g = GraphBuilder::new();
+        let x = g.input_f32(&[4]);
+        let s = g.scalar(v);
+        let y = g.binary(BinaryOp::Mul, x, s);
+        let z = g.unary(UnaryOp::Exp, y);
+        let opts = PlanOptions {
+            fuse,
+            ..PlanOptions::default()
+        };
+        let p = plan(g.graph(), &[s, z], &opts);
+        assert_eq!(p.constants, vec![s], "fuse {fuse}");
+        for r in &p.regions {
+            assert!(!r.nodes.contains(&s) && !r.outputs.contains(&s));
+        }
+        let reader = p.regions.iter().find(|r| r.params.contains(&s)).unwrap();
+        let k = reader.params.iter().position(|&q| q == s).unwrap();
+        assert!(reader.is_lifted(k), "its reader takes it lifted");
+        let keys: Vec<_> = p.regions.iter().map(|r| r.key).collect();
+        (keys, p.dump(g.graph()))
+    };
+    for fuse in [true, false] {
+        let (a, dump) = keyed(0.5, fuse);
+        let (b, _) = keyed(0.25, fuse);
+        assert_eq!(a, b, "fuse {fuse}: the same keys for every value");
+        assert!(dump.ends_with("constant f32[] (uploaded)\n"), "{dump}");
+    }
 }

@@ -278,6 +278,7 @@ fn execute_graph(job: &mut Job, plans: &Mutex<PlanCache>) -> Values {
     let wanted: Vec<NodeId> = job.outputs.iter().map(|(n, _)| *n).collect();
     let plan = plan_graph(graph, &wanted, &dying, fuse, plans);
     release_unread(&plan, &wanted, &dying, &mut values);
+    upload_constants(rt, ordinal, graph, &plan, &mut values);
     let launched = launch_regions(rt, ordinal, graph, &plan, &mut values);
     await_regions(rt, graph, launched, &mut values);
     values
@@ -334,6 +335,23 @@ fn release_unread(plan: &Plan, wanted: &[NodeId], dying: &[NodeId], values: &mut
     for &d in dying {
         if !read[d.index()] {
             values.bufs[d.index()] = None;
+        }
+    }
+}
+
+/// After step 2: the live host scalars no region computes (`Plan::constants`),
+/// uploaded from their values: computed in a region, each value would be
+/// part of its key and a scalar made fresh every step would recompile it.
+fn upload_constants(rt: &Runtime, ordinal: usize, graph: &Graph, plan: &Plan, values: &mut Values) {
+    for &id in &plan.constants {
+        let r = lazyfuse_ir::interp::eval_op(&graph.node(id).op, &[])
+            .map_err(|e| Error::internal(format!("invalid live scalar: {e}")))
+            .and_then(|host| rt.upload(&host, ordinal));
+        match r {
+            Ok(b) => values.bufs[id.index()] = Some(b),
+            Err(e) => {
+                values.failed.insert(id, e);
+            }
         }
     }
 }
