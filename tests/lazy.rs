@@ -24,6 +24,7 @@ test_device!(
     reads_of_host_memory_buffers_are_in_place,
     two_threads_missing_the_same_key_compile_it_once,
     cross_thread_recording_never_hangs,
+    held_scalars_are_uploaded_with_their_values,
 );
 
 fn data(n: usize, seed: f32) -> Vec<f32> {
@@ -543,5 +544,44 @@ fn cross_thread_recording_never_hangs() {
     for (t, s) in slots.iter().enumerate() {
         let v = s.lock().unwrap().to_vec::<f32>().unwrap();
         assert_eq!(v, vec![(t + rounds) as f32; 16], "thread {t}");
+    }
+}
+
+/// A scalar the program holds at a flush is uploaded from its value, not
+/// computed by a region (`Plan::constants`): it comes back with the right
+/// value and dtype, fused or not, here and on another thread.
+fn held_scalars_are_uploaded_with_their_values() {
+    let _l = metrics_lock();
+    let d = dev();
+    let x = Tensor::from_slice(&[1.0f32, -2.0, 3.0], &[3], &d).unwrap();
+    let k = Tensor::from_slice(&[4i64, 5, 6], &[3], &d).unwrap();
+    for fuse in [true, false] {
+        let _f = FusionGuard::new(fuse);
+        let s = Tensor::full(0.75, &[], DType::F32, &d).unwrap();
+        assert_eq!(
+            x.mul(&s).unwrap().to_vec::<f32>().unwrap(),
+            [0.75, -1.5, 2.25]
+        );
+        assert!(!s.is_pending(), "fuse {fuse}: bound by the read of x * s");
+        let n = Tensor::full(-3.0, &[], DType::I64, &d).unwrap();
+        assert_eq!(k.add(&n).unwrap().to_vec::<i64>().unwrap(), [1, 2, 3]);
+        assert!(!n.is_pending(), "fuse {fuse}: bound by the read of k + n");
+        let compiles = snapshot().compiles;
+        let n_again = Tensor::full(-4.0, &[], DType::I64, &d).unwrap();
+        assert_eq!(k.add(&n_again).unwrap().to_vec::<i64>().unwrap(), [0, 1, 2]);
+        assert_eq!(
+            (snapshot().compiles, n_again.item::<i64>().unwrap()),
+            (compiles, -4),
+            "fuse {fuse}: another value compiles nothing new"
+        );
+        let (s2, n2) = (s.clone(), n.clone());
+        let there = std::thread::spawn(move || {
+            let a = s2.add_scalar(1.0).unwrap().item::<f32>().unwrap();
+            (a, n2.item::<i64>().unwrap())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(there, (1.75, -3));
+        assert_eq!((s.item::<f32>().unwrap(), n.dtype()), (0.75, DType::I64));
     }
 }
