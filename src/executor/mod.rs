@@ -22,12 +22,14 @@ use lazyfuse_fusion::{Plan, PlanCache, PlanOptions, Region};
 use lazyfuse_ir::{Graph, NodeId, Op};
 use parking_lot::{Condvar, Mutex};
 use smallvec::SmallVec;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 mod seam;
+mod values;
 pub(crate) use seam::{Input, Latch, Slot};
+use values::Values;
 
 /// A flushed graph with everything needed to run it.
 pub(crate) struct Job {
@@ -237,123 +239,21 @@ fn run_job(mut job: Job, latch: &Latch, plans: &Mutex<PlanCache>) {
     latch.open();
 }
 
-/// The values of one job's nodes as it runs: computed buffers, or why not.
-struct Values {
-    bufs: Vec<Option<Arc<DeviceBuffer>>>,
-    /// Why a value is missing, for the few that failed (sparse: a dense
-    /// vector of errors was half a megabyte to fill and drop per flush of
-    /// a 5,800-node graph).
-    failed: HashMap<NodeId, Error>,
-}
-
-impl Values {
-    fn get(&self, n: NodeId) -> Option<Result<&Arc<DeviceBuffer>>> {
-        match &self.bufs[n.index()] {
-            Some(b) => Some(Ok(b)),
-            None => self.failed.get(&n).map(|e| Err(e.clone())),
-        }
-    }
-
-    fn fail_region(&mut self, region: &Region, e: Error) {
-        metrics::add(&C.region_failures, 1);
-        tracing::error!(region = %region.key, "{e}");
-        for o in &region.outputs {
-            self.bufs[o.index()] = None;
-            self.failed.insert(*o, e.clone());
-        }
-    }
-}
-
 /// Steps 1 to 4 of a job: its inputs read, its plan, its regions launched
 /// and awaited. Returns the values computed.
 fn execute_graph(job: &mut Job, plans: &Mutex<PlanCache>) -> Values {
     let (rt, ordinal, graph, fuse) = (&*job.rt, job.ordinal, &job.graph, job.fuse);
     rt.begin_flush();
-    let mut values = Values {
-        bufs: vec![None; graph.len()],
-        failed: HashMap::new(),
-    };
-    let dying_now = read_inputs(std::mem::take(&mut job.inputs), &mut values);
+    let mut values = Values::new(graph.len());
+    let dying_now = values.read_inputs(std::mem::take(&mut job.inputs));
     let dying = job.dying.take().unwrap_or(dying_now);
     let wanted: Vec<NodeId> = job.outputs.iter().map(|(n, _)| *n).collect();
     let plan = plan_graph(graph, &wanted, &dying, fuse, plans);
-    release_unread(&plan, &wanted, &dying, &mut values);
-    upload_constants(rt, ordinal, graph, &plan, &mut values);
+    values.release_unread(&plan, &wanted, &dying);
+    values.upload_constants(rt, ordinal, graph, &plan);
     let launched = launch_regions(rt, ordinal, graph, &plan, &mut values);
     await_regions(rt, graph, launched, &mut values);
     values
-}
-
-/// Step 1: reads the graph's inputs (futures were computed by earlier jobs,
-/// in submission order) and returns those whose buffer only this job holds:
-/// they die here and are donated.
-fn read_inputs(inputs: Vec<(NodeId, Input)>, values: &mut Values) -> Vec<NodeId> {
-    for (n, input) in inputs {
-        let r = match input {
-            Input::Buffer(b) => Ok(b),
-            Input::Future(s) => s.read(),
-        };
-        match r {
-            Ok(b) => values.bufs[n.index()] = Some(b),
-            Err(e) => {
-                values.failed.insert(n, e);
-            }
-        }
-    }
-    values
-        .bufs
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| b.as_ref().is_some_and(|b| Arc::strong_count(b) == 1))
-        .map(|(i, _)| NodeId::new(i))
-        .collect()
-}
-
-/// Drops the dying inputs that no region reads and no output is: buffers
-/// only the slices of dead left-out tensors read (an optimizer step's old
-/// weights, kept for gradients the program then dropped unread). Freed
-/// before the regions run, they do not add to this job's peak.
-///
-/// The flush prunes a job's inputs too (`keep_inputs_read_by` in
-/// `lazy::flush`), but only when it retains slices, and by a walk of the
-/// graph from the outputs. This covers every job, from the plan's region
-/// parameters it already has: an input only nodes the plan pruned read
-/// (dead ones) no longer lives for the job's duration.
-fn release_unread(plan: &Plan, wanted: &[NodeId], dying: &[NodeId], values: &mut Values) {
-    if dying.is_empty() {
-        return;
-    }
-    let mut read = vec![false; values.bufs.len()];
-    for region in &plan.regions {
-        for &p in &region.params {
-            read[p.index()] = true;
-        }
-    }
-    for &w in wanted {
-        read[w.index()] = true;
-    }
-    for &d in dying {
-        if !read[d.index()] {
-            values.bufs[d.index()] = None;
-        }
-    }
-}
-
-/// After step 2: the live host scalars no region computes (`Plan::constants`),
-/// uploaded from their values: computed in a region, each value would be
-/// part of its key and a scalar made fresh every step would recompile it.
-fn upload_constants(rt: &Runtime, ordinal: usize, graph: &Graph, plan: &Plan, values: &mut Values) {
-    for &id in &plan.constants {
-        let r = lazyfuse_ir::interp::eval_op(&graph.node(id).op, &[])
-            .map_err(|e| Error::internal(format!("invalid live scalar: {e}")))
-            .and_then(|host| rt.upload(&host, ordinal));
-        match r {
-            Ok(b) => values.bufs[id.index()] = Some(b),
-            Err(e) => {
-                values.failed.insert(id, e);
-            }
-        }
-    }
 }
 
 /// Step 2: cuts the graph into regions, or replays the plan of an earlier
