@@ -11,7 +11,13 @@
 //!   region 0 key 5f0c... (2 params, 4 nodes, 1 outputs) file region-5f0c....mlir
 //!     exp @ src/main.rs:12
 //!     sum @ src/main.rs:13
+//!     left out, not written: exp f32[64] @ src/main.rs:12 (the last 2 tensors recorded here were dropped unread)
+//!   left out, not computed: mul f32[64] @ src/main.rs:15 (...)
 //! ```
+//!
+//! A region's extra lines say which live tensors it computed without
+//! writing them, and which tensors left out earlier it computes now
+//! (recomputes); the flush's say which live tensors no region computed.
 //!
 //! Dumping is best effort: a write failure is logged, never an error of the
 //! computation.
@@ -37,6 +43,11 @@ fn dir() -> Option<&'static PathBuf> {
     .as_ref()
 }
 
+/// Whether dumping is on (`TPU_DUMP_DIR` names a usable directory).
+pub(crate) fn enabled() -> bool {
+    dir().is_some()
+}
+
 /// Writes `text` as `<dir>/region-<key>.mlir` when dumping is on.
 pub(crate) fn region_text(key: RegionKey, text: &str) {
     if let Some(d) = dir() {
@@ -49,8 +60,14 @@ pub(crate) fn region_text(key: RegionKey, text: &str) {
 
 /// Appends one flush's plan to `<dir>/flush-log.txt` when dumping is on:
 /// each region's key, its StableHLO file and the ops with their recording
-/// lines (constants omitted).
-pub(crate) fn flush_log(graph: &Graph, plan: &Plan) {
+/// lines (constants omitted), then `region_notes[i]` under region `i` and
+/// `flush_notes` under the flush (output decisions: `executor::notes`).
+pub(crate) fn flush_log(
+    graph: &Graph,
+    plan: &Plan,
+    region_notes: &[Vec<String>],
+    flush_notes: &[String],
+) {
     let Some(d) = dir() else { return };
     static SEQ: Mutex<u64> = Mutex::new(0);
     let mut seq = SEQ.lock();
@@ -81,6 +98,12 @@ pub(crate) fn flush_log(graph: &Graph, plan: &Plan) {
             let o = node.origin;
             let _ = writeln!(s, "    {} @ {}:{}", node.op.name(), o.file(), o.line());
         }
+        for line in region_notes.get(i).into_iter().flatten() {
+            let _ = writeln!(s, "    {line}");
+        }
+    }
+    for line in flush_notes {
+        let _ = writeln!(s, "  {line}");
     }
     for &n in &plan.constants {
         let o = graph.node(n).origin;

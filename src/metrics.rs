@@ -491,9 +491,10 @@ fn keep_output_event(e: String) {
     r.push_back(e);
 }
 
-/// Notes a live tensor left out of a flush (`what`: op, type, recording line).
+/// Notes a live tensor left out of a flush (`what`: op, type, recording
+/// line, where the plan computed it, and why it was left out).
 pub(crate) fn left_out(what: String) {
-    keep_output_event(format!("left out (dropped unread before): {what}"));
+    keep_output_event(format!("left out: {what}"));
 }
 
 /// Notes an axis marked dynamic (`what`: op, axis, sizes, recording line).
@@ -501,9 +502,12 @@ pub(crate) fn dynamic_marked(what: String) {
     keep_output_event(format!("dynamic: {what}"));
 }
 
-/// Notes a left-out tensor computed after all.
+/// Notes a left-out tensor computed after all (`what`: op, type,
+/// recording line, and the region that computes it).
 pub(crate) fn recomputed(what: String) {
-    keep_output_event(format!("recompute (read after being left out): {what}"));
+    keep_output_event(format!(
+        "recompute (read or used after being left out): {what}"
+    ));
 }
 
 /// The most recent output decisions (left-out tensors and recomputes),

@@ -26,6 +26,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+pub(crate) mod notes;
 mod seam;
 mod values;
 pub(crate) use seam::{Input, Latch, Slot};
@@ -58,6 +59,9 @@ pub(crate) struct Job {
     pub fuse: bool,
     /// Why it was flushed (for the trace).
     pub reason: FlushReason,
+    /// What the flush left out and recomputes, when the flush log or
+    /// `explain` wants it ([`notes::wanted`]).
+    pub notes: Option<Box<notes::OutputNotes>>,
 }
 
 /// The per-client job queue and its worker.
@@ -249,6 +253,7 @@ fn execute_graph(job: &mut Job, plans: &Mutex<PlanCache>) -> Values {
     let dying = job.dying.take().unwrap_or(dying_now);
     let wanted: Vec<NodeId> = job.outputs.iter().map(|(n, _)| *n).collect();
     let plan = plan_graph(graph, &wanted, &dying, fuse, plans);
+    notes::log(graph, &plan, job.notes.as_deref());
     values.release_unread(&plan, &wanted, &dying);
     values.upload_constants(rt, ordinal, graph, &plan);
     let launched = launch_regions(rt, ordinal, graph, &plan, &mut values);
@@ -282,7 +287,6 @@ fn plan_graph(
     }
     metrics::observe_since(metrics::Phase::Plan, t_plan);
     metrics::observe(metrics::Phase::RegionsPerFlush, plan.regions.len() as u64);
-    crate::dump::flush_log(graph, &plan);
     plan
 }
 

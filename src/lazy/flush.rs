@@ -12,8 +12,9 @@
 //! it dies, the next flush prunes it and it never runs.
 
 use super::graph::{GraphState, ThreadGraph};
-use super::predict::{dynamic_site_of, site_of, Predictor, Site};
+use super::predict::{dynamic_site_of, site_of, Site};
 use super::value::{TensorInner, TensorState};
+use crate::executor::notes::{self, OutputNotes};
 use crate::executor::{Input, Job, Latch, Slot};
 use crate::metrics::{self, FlushReason, COUNTERS as C};
 use lazyfuse_ir::{Graph, NodeId};
@@ -73,7 +74,7 @@ impl ThreadGraph {
         let mut owners = std::mem::replace(&mut g.owners, Vec::with_capacity(n));
         let mut inputs = std::mem::replace(&mut g.inputs, Vec::with_capacity(m));
         g.leaves.clear();
-        g.gen = super::graph::next_generation();
+        let old_gen = std::mem::replace(&mut g.gen, super::graph::next_generation());
         let live: Vec<Live> = owners
             .iter_mut()
             .enumerate()
@@ -83,10 +84,29 @@ impl ThreadGraph {
         if std::mem::take(&mut g.retained) {
             keep_inputs_read_by(&graph, live.iter().map(|(n, _)| *n), &mut inputs);
         }
-        let (mut outputs, mut left_out) = self.select(&graph, live, need);
+        let (mut outputs, mut left_out, recomputed) = self.select(&graph, live, need);
         if !left_out.is_empty() {
             keep_what_pins_dying_inputs(&graph, &inputs, &mut outputs, &mut left_out);
         }
+        let used_late = std::mem::take(&mut g.used_left_out);
+        let notes = notes::wanted().then(|| {
+            let p = self.predictor.lock();
+            let mut recomputed = recomputed;
+            // Used by ops of this generation (see `ThreadGraph::recomputed`).
+            recomputed.extend(
+                used_late
+                    .iter()
+                    .filter(|(_, gen)| *gen == old_gen)
+                    .map(|(n, _)| *n),
+            );
+            Box::new(OutputNotes {
+                left_out: left_out
+                    .iter()
+                    .map(|((n, _), site)| (*n, p.why(*site)))
+                    .collect(),
+                recomputed,
+            })
+        });
         if !left_out.is_empty() {
             retain(&graph, &inputs, &outputs, &left_out, &mut g);
             keep_inputs_read_by(&graph, outputs.iter().map(|(n, _)| *n), &mut inputs);
@@ -104,6 +124,7 @@ impl ThreadGraph {
             dying,
             fuse: g.fuse,
             reason,
+            notes,
         };
         let (latch, here) = self.device.executor.submit(job);
         drop(g);
@@ -125,15 +146,17 @@ impl ThreadGraph {
         graph: &Graph,
         live: Vec<Live>,
         need: Option<&[Arc<TensorInner>]>,
-    ) -> (Vec<Live>, Vec<(Live, Site)>) {
+    ) -> (Vec<Live>, Vec<(Live, Site)>, Vec<NodeId>) {
         let mut p = self.predictor.lock();
+        let mut recomputed = Vec::new();
         let Some(need) = need else {
-            for (_, t) in &live {
+            for (n, t) in &live {
                 if t.take_retained().is_some() {
                     metrics::add(&C.recomputes, 1);
+                    recomputed.push(*n);
                 }
             }
-            return (live, Vec::new());
+            return (live, Vec::new(), recomputed);
         };
         p.observe();
         let needed: ahash::AHashSet<usize> = need.iter().map(|t| Arc::as_ptr(t) as usize).collect();
@@ -142,7 +165,9 @@ impl ThreadGraph {
         for (n, t) in live {
             if needed.contains(&(Arc::as_ptr(&t) as usize)) {
                 if let Some(site) = t.take_retained() {
-                    recompute(&mut p, graph, n, site);
+                    metrics::add(&C.recomputes, 1);
+                    p.mispredicted(site);
+                    recomputed.push(n);
                 }
                 outputs.push((n, t));
                 continue;
@@ -162,41 +187,19 @@ impl ThreadGraph {
             }
         }
         metrics::add(&C.left_out, left_out.len() as u64);
-        if metrics::explaining() {
-            for ((n, _), _) in &left_out {
-                metrics::left_out(describe(graph, *n));
-            }
-        }
-        (outputs, left_out)
+        (outputs, left_out, recomputed)
     }
 
-    /// A tensor left out earlier is being computed because the program used
-    /// it (in this thread's next graph).
-    pub(super) fn recomputed(&self, site: Site) {
+    /// A tensor left out earlier, now node `node` of generation `gen`, is
+    /// being computed because the program used it (in this thread's next
+    /// graph). The caller holds no lock of this graph.
+    pub(super) fn recomputed(&self, site: Site, node: NodeId, gen: u64) {
         metrics::add(&C.recomputes, 1);
         self.predictor.lock().mispredicted(site);
+        if notes::wanted() {
+            self.state.lock().used_left_out.push((node, gen));
+        }
     }
-}
-
-fn recompute(p: &mut Predictor, graph: &Graph, n: NodeId, site: Site) {
-    metrics::add(&C.recomputes, 1);
-    p.mispredicted(site);
-    if metrics::explaining() {
-        metrics::recomputed(describe(graph, n));
-    }
-}
-
-/// `op @ file:line` of node `n`.
-fn describe(graph: &Graph, n: NodeId) -> String {
-    let node = graph.node(n);
-    format!(
-        "{} {}{} @ {}:{}",
-        node.op.name(),
-        node.dtype,
-        node.shape,
-        node.origin.file(),
-        node.origin.line()
-    )
 }
 
 /// Replaces each input an earlier job computed with its value, which that

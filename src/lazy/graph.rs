@@ -61,6 +61,9 @@ pub(super) struct GraphState {
     /// generation (see `flush::retain`): the next flush then drops the
     /// inputs of those that died before it observes what the program used.
     pub retained: bool,
+    /// Left-out tensors of this generation that ops used, with the
+    /// generation (gathered only for `executor::notes`).
+    pub used_left_out: Vec<(NodeId, u64)>,
 }
 
 /// The most dead values a graph keeps for reuse (see `GraphState::spare`):
@@ -85,6 +88,7 @@ impl GraphState {
             fuse: false,
             recorded: 0,
             retained: false,
+            used_left_out: Vec::new(),
         }
     }
 
@@ -457,12 +461,13 @@ fn resolve(t: &Arc<TensorInner>, tg: &Arc<ThreadGraph>) -> Result<Resolved> {
             TensorState::Failed(e) => return Err((**e).clone()),
             TensorState::Pending { graph, node, gen } => {
                 if Arc::ptr_eq(graph, tg) {
-                    let r = Resolved::Node(*node, *gen);
+                    let (node, gen) = (*node, *gen);
+                    let r = Resolved::Node(node, gen);
                     drop(st);
                     if let Some(site) = t.take_retained() {
                         // Left out of an earlier flush, used after all: it is
                         // computed with this graph (a recompute).
-                        tg.recomputed(site);
+                        tg.recomputed(site, node, gen);
                     }
                     return Ok(r);
                 }

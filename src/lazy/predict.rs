@@ -68,6 +68,9 @@ struct SiteStats {
     /// Drops needed before leaving out.
     threshold: u32,
     leave_out: bool,
+    /// Left out from the start (its first tensor was cold) and never read
+    /// since: the reason `explain` gives differs.
+    cold: bool,
 }
 
 impl Default for SiteStats {
@@ -76,6 +79,7 @@ impl Default for SiteStats {
             unread: 0,
             threshold: LEAVE_OUT_AFTER,
             leave_out: false,
+            cold: false,
         }
     }
 }
@@ -101,6 +105,7 @@ impl Predictor {
             }
             let s = self.sites.entry(site).or_insert(SiteStats {
                 leave_out: true,
+                cold: true,
                 ..SiteStats::default()
             });
             return s.leave_out;
@@ -143,7 +148,23 @@ impl Predictor {
     pub(crate) fn mispredicted(&mut self, site: Site) {
         let s = self.sites.entry(site).or_default();
         s.leave_out = false;
+        s.cold = false;
         s.unread = 0;
         s.threshold = s.threshold.saturating_mul(2);
+    }
+
+    /// Why the tensors of `site` are left out, in words (for the flush log
+    /// and `explain`).
+    pub(crate) fn why(&self, site: Site) -> String {
+        match self.sites.get(&site) {
+            Some(s) if s.cold => {
+                "a gradient kept readable by an optimizer step, not read since".to_string()
+            }
+            Some(s) => format!(
+                "the last {} tensors recorded here were dropped unread",
+                s.threshold
+            ),
+            None => "not seen before".to_string(),
+        }
     }
 }
