@@ -14,6 +14,7 @@
 //! test runs on.
 #![allow(dead_code)]
 
+pub mod child;
 pub mod mlp;
 
 use lazyfuse::ir::{interp, DType, HostTensor, Op, Shape};
