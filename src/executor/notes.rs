@@ -80,7 +80,7 @@ pub(crate) fn log(graph: &Graph, plan: &Plan, notes: Option<&OutputNotes>) {
 }
 
 /// `op dtype[shape] @ file:line` of node `n`.
-pub(crate) fn describe(graph: &Graph, n: NodeId) -> String {
+fn describe(graph: &Graph, n: NodeId) -> String {
     let node = graph.node(n);
     format!(
         "{} {}{} @ {}:{}",
