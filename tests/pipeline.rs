@@ -15,6 +15,7 @@ test_device!(
     inputs_held_at_the_flush_are_not_donated_however_late_the_job_runs,
     an_input_dropped_before_the_flush_is_donated,
     predicted_outputs_do_not_depend_on_jobs_in_flight,
+    sync_waits_for_the_jobs_flush_queued,
 );
 
 const N: usize = 48;
@@ -140,4 +141,22 @@ fn predicted_outputs_do_not_depend_on_jobs_in_flight() {
     assert_eq!(quiet, busy);
     assert_eq!(quiet[..2], [3, 3], "the intermediate, watched: {quiet:?}");
     assert_eq!(quiet[2..], [2; 6], "then left out: {quiet:?}");
+}
+
+/// `lazyfuse::sync()` is a barrier for what the thread handed over
+/// before it, not only for what it still had pending: after `flush()`
+/// queued a slow job (fused or not), `sync()` returns only once it ran.
+fn sync_waits_for_the_jobs_flush_queued() {
+    let _l = metrics_lock();
+    for fuse in [true, false] {
+        let _f = FusionGuard::new(fuse);
+        let a = randn(&[256, 256], 7 + u64::from(fuse));
+        let slow = slow_job(&a);
+        assert!(!slow.is_pending(), "flush() handed it over");
+        lazyfuse::sync();
+        assert!(
+            slow.is_ready(),
+            "sync() returned before the queued job ran (fusion {fuse})"
+        );
+    }
 }

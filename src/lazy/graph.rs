@@ -208,6 +208,18 @@ pub(crate) fn sync_thread(reason: FlushReason) -> Vec<Arc<Latch>> {
     graphs.iter().filter_map(|g| g.flush(reason)).collect()
 }
 
+/// Waits for every job queued before this call on the executors of the
+/// devices this thread records for, those `flush()` handed over included:
+/// what makes `sync()` a barrier for the thread's earlier work, not only
+/// for what it still had pending. Jobs other threads queue meanwhile are
+/// not waited for.
+pub(crate) fn wait_thread_jobs() {
+    let graphs: Vec<Arc<ThreadGraph>> = GRAPHS.with(|c| c.0.borrow().clone());
+    for g in &graphs {
+        g.device.executor.wait_earlier();
+    }
+}
+
 /// Number of nodes pending in this thread's graph for `device` (for tests and tools).
 pub fn pending_ops(device: &Device) -> usize {
     with_thread_graph(device, None, |g| g.state.lock().graph.len())

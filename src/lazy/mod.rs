@@ -18,6 +18,6 @@ mod predict;
 mod value;
 
 pub use graph::pending_ops;
-pub(crate) use graph::{record, sync_points, sync_thread, LazyArg};
+pub(crate) use graph::{record, sync_points, sync_thread, wait_thread_jobs, LazyArg};
 pub use mode::{set_fusion, FusionGuard};
 pub(crate) use value::{materialize_all, Logical, TensorInner};

@@ -382,9 +382,12 @@ pub fn realize_all(tensors: &[&Tensor]) -> Result<()> {
 }
 
 /// Flushes every graph the calling thread has pending and waits until they
-/// are computed (a sync point, like `torch_xla.sync()` + `wait_device_ops()`).
+/// are computed, and until every job queued before on the thread's devices
+/// has run, those [`flush`] handed over included (a sync point, like
+/// `torch_xla.sync()` + `wait_device_ops()`).
 pub fn sync() {
     for latch in crate::lazy::sync_thread(FlushReason::Sync) {
         latch.wait();
     }
+    crate::lazy::wait_thread_jobs();
 }
