@@ -277,7 +277,8 @@ fn per_step_scalars_stay_flat() {
     assert_flat(&samples);
 }
 
-/// Region keys and outputs of a small program's flushes, in order.
+/// Values written by each of a small program's flushes, in order (the
+/// region keys themselves: `tests/region_keys.rs`).
 fn program_trace() -> Vec<u64> {
     let _f = FusionGuard::new(true);
     let x = randn(&[24], 10);
