@@ -13,6 +13,14 @@
 //! one pass times lazyfuse and the peers minutes apart, so a burst of load
 //! lands on one side only. Alternating rounds spread it over both.
 //!
+//! With both fused and unfused lazyfuse (`--fusion both`), each runs in a
+//! process of its own every round (this binary again, with `--fusion on` or
+//! `off`), as each peer system does: one system's allocations would
+//! otherwise shape the other's heap. A fused `adam_200_small` step right
+//! after 20 unfused ones in one process took 1.2-1.5x its time in a fresh
+//! one for tens of steps (glibc's free-chunk consolidation on the executor
+//! thread). Its workloads are set up and warmed up again each round.
+//!
 //! `--device cuda` runs on GPU 0 (`Device::cuda`) and the JAX peers on the
 //! same GPU (`JAX_PLATFORMS=cuda`); the default peer systems are then
 //! `jaxjit,jaxeager`, since the torch peers run on the CPU.
@@ -219,6 +227,9 @@ fn main() {
         eprintln!("{e}");
         std::process::exit(2);
     }
+    if args.fusion.len() > 1 {
+        return run_systems_apart(&args);
+    }
     let dev = match args.device.as_str() {
         "cuda" => Device::cuda(0),
         "interp" => Ok(Device::interpreter()),
@@ -230,26 +241,53 @@ fn main() {
     });
     eprintln!("device: {dev:?}");
     let all = defs::all();
-    let names: Vec<String> = if args.names.is_empty() {
-        all.iter().map(|w| w.name.to_string()).collect()
-    } else {
-        args.names.clone()
-    };
+    let names = workload_names(&args, &all);
     let mut benches = Vec::new();
     for name in &names {
-        let Some(w) = all.iter().find(|w| w.name == name) else {
-            eprintln!(
-                "unknown workload {name}; known: {:?}",
-                all.iter().map(|w| w.name).collect::<Vec<_>>()
-            );
-            std::process::exit(2);
-        };
+        let w = all.iter().find(|w| w.name == name).expect("checked");
         for &fuse in &args.fusion {
             let _g = FusionGuard::new(fuse);
             let step = (w.build)(&dev).unwrap_or_else(|e| panic!("{name}: setup failed: {e}"));
             benches.push((name.clone(), fuse, step));
         }
     }
+    let mut rounds: Vec<Vec<Record>> = Vec::new();
+    for round in 0..args.rounds {
+        if args.rounds > 1 {
+            eprintln!("round {} of {}", round + 1, args.rounds);
+        }
+        let mut records = Vec::new();
+        for (name, fuse, step) in &mut benches {
+            records.push(time_lazyfuse(name, *fuse, step, &args, round == 0));
+        }
+        records.extend(peers_round(&args, &names));
+        rounds.push(records);
+    }
+    report(&args, &names, across_rounds(rounds));
+}
+
+/// The workloads to run: those named, or all; exits on an unknown name.
+fn workload_names(args: &Args, all: &[defs::Workload]) -> Vec<String> {
+    if args.names.is_empty() {
+        return all.iter().map(|w| w.name.to_string()).collect();
+    }
+    for name in &args.names {
+        if !all.iter().any(|w| w.name == name) {
+            eprintln!(
+                "unknown workload {name}; known: {:?}",
+                all.iter().map(|w| w.name).collect::<Vec<_>>()
+            );
+            std::process::exit(2);
+        }
+    }
+    args.names.clone()
+}
+
+/// One round of the peers (`--peers`), on the workloads they implement.
+fn peers_round(args: &Args, names: &[String]) -> Vec<Record> {
+    let Some(py) = &args.peers else {
+        return Vec::new();
+    };
     // On a GPU only JAX runs on the same device (the torch peers are CPU).
     let default_peers = if args.device == "cuda" {
         "jaxjit,jaxeager"
@@ -261,29 +299,19 @@ fn main() {
         .filter(|n| !defs::lazyfuse_only(n))
         .cloned()
         .collect();
-    let mut rounds: Vec<Vec<Record>> = Vec::new();
-    for round in 0..args.rounds {
-        if args.rounds > 1 {
-            eprintln!("round {} of {}", round + 1, args.rounds);
-        }
-        let mut records = Vec::new();
-        for (name, fuse, step) in &mut benches {
-            records.push(time_lazyfuse(name, *fuse, step, &args, round == 0));
-        }
-        if let Some(py) = &args.peers {
-            records.extend(run_peers(
-                py,
-                &args.device,
-                args.peer_systems.as_deref().unwrap_or(default_peers),
-                &peer_names,
-                args.iters,
-                args.warmup,
-            ));
-        }
-        rounds.push(records);
-    }
-    let records = across_rounds(rounds);
-    print_table(&records, &names);
+    run_peers(
+        py,
+        &args.device,
+        args.peer_systems.as_deref().unwrap_or(default_peers),
+        &peer_names,
+        args.iters,
+        args.warmup,
+    )
+}
+
+/// The table on stdout, and the `--json` and `--chart` files.
+fn report(args: &Args, names: &[String], records: Vec<Record>) {
+    print_table(&records, names);
     if let Some(path) = &args.json {
         let body: Vec<String> = records
             .iter()
@@ -303,7 +331,7 @@ fn main() {
             .iter()
             .map(|r| (r.workload.as_str(), r.system.as_str(), r.median_ms))
             .collect();
-        let data = chart::ChartData::from_figures(&figures, &names);
+        let data = chart::ChartData::from_figures(&figures, names);
         match chart::write_png(path, &data) {
             Ok(()) => eprintln!("chart written to {}", path.display()),
             Err(e) => {
@@ -312,6 +340,63 @@ fn main() {
             }
         }
     }
+}
+
+/// `--fusion both`: every round, each lazyfuse system in a child process of
+/// its own running every workload (as each peer system runs), then the
+/// peers; the same report as an in-process run.
+fn run_systems_apart(args: &Args) {
+    let names = workload_names(args, &defs::all());
+    let mut rounds: Vec<Vec<Record>> = Vec::new();
+    for round in 0..args.rounds {
+        if args.rounds > 1 {
+            eprintln!("round {} of {}", round + 1, args.rounds);
+        }
+        let mut records = Vec::new();
+        for &fuse in &args.fusion {
+            records.extend(run_system_child(args, fuse, &names));
+        }
+        records.extend(peers_round(args, &names));
+        rounds.push(records);
+    }
+    report(args, &names, across_rounds(rounds));
+}
+
+/// The workloads on one lazyfuse system, timed by this binary in a child
+/// process (`--fusion on|off --rounds 1 --json PATH`); its records.
+fn run_system_child(args: &Args, fuse: bool, names: &[String]) -> Vec<Record> {
+    let json = std::env::temp_dir().join(format!(
+        "lazyfuse-workloads-{}-{fuse}.json",
+        std::process::id()
+    ));
+    let exe = std::env::current_exe().expect("the runner's own path");
+    let status = std::process::Command::new(exe)
+        .args(["--fusion", if fuse { "on" } else { "off" }, "--rounds", "1"])
+        .args(["--iters", &args.iters.to_string()])
+        .args(["--warmup", &args.warmup.to_string()])
+        .args(["--device", &args.device])
+        .arg("--json")
+        .arg(&json)
+        .args(names)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run the runner again: {e}"));
+    if !status.success() {
+        eprintln!("the runner with fusion {fuse} failed: {status}");
+        std::process::exit(1);
+    }
+    let text = std::fs::read_to_string(&json).unwrap_or_else(|e| panic!("{}: {e}", json.display()));
+    let _ = std::fs::remove_file(&json);
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", json.display()));
+    rows.iter()
+        .map(|r| Record {
+            workload: r["workload"].as_str().unwrap_or_default().to_string(),
+            system: r["system"].as_str().unwrap_or_default().to_string(),
+            median_ms: r["median_ms"].as_f64().unwrap_or(f64::NAN),
+            compiles_timed: r["compiles_timed"].as_u64(),
+        })
+        .collect()
 }
 
 /// Times one workload's step: warm-up (first round only), then `iters`
