@@ -24,22 +24,24 @@ pub(crate) fn wanted() -> bool {
     metrics::explaining() || crate::dump::enabled()
 }
 
-/// Where `plan` computes node `n`, in words.
-fn placement(plan: &Plan, n: NodeId) -> String {
-    for (i, r) in plan.regions.iter().enumerate() {
-        if r.outputs.contains(&n) {
-            return format!("written by region {i} (key {})", r.key);
-        }
-        if r.nodes.contains(&n) {
-            return format!("computed inside region {i} (key {}), not written", r.key);
-        }
-    }
-    "not computed".to_string()
-}
-
 /// The region computing `n`, if any.
 fn region_of(plan: &Plan, n: NodeId) -> Option<usize> {
     plan.regions.iter().position(|r| r.nodes.contains(&n))
+}
+
+/// Where `plan` computes node `n`, in words.
+fn placement(plan: &Plan, n: NodeId) -> String {
+    match region_of(plan, n) {
+        Some(i) => {
+            let r = &plan.regions[i];
+            if r.outputs.contains(&n) {
+                format!("written by region {i} (key {})", r.key)
+            } else {
+                format!("computed inside region {i} (key {}), not written", r.key)
+            }
+        }
+        None => "not computed".to_string(),
+    }
 }
 
 /// Records the decisions of one flush: `explain` events, and the flush
@@ -52,28 +54,26 @@ pub(crate) fn log(graph: &Graph, plan: &Plan, notes: Option<&OutputNotes>) {
     };
     let mut per_region = vec![Vec::new(); plan.regions.len()];
     let mut per_flush = Vec::new();
-    {
-        let explaining = metrics::explaining();
-        for (n, why) in &notes.left_out {
-            let what = describe(graph, *n);
-            if explaining {
-                metrics::left_out(format!("{what}, {} ({why})", placement(plan, *n)));
-            }
-            match region_of(plan, *n) {
-                Some(r) => per_region[r].push(format!("left out, not written: {what} ({why})")),
-                None => per_flush.push(format!("left out, not computed: {what} ({why})")),
-            }
+    let explaining = metrics::explaining();
+    for (n, why) in &notes.left_out {
+        let what = describe(graph, *n);
+        if explaining {
+            metrics::left_out(format!("{what}, {} ({why})", placement(plan, *n)));
         }
-        for &n in &notes.recomputed {
-            let what = describe(graph, n);
-            if explaining {
-                metrics::recomputed(format!("{what}, {}", placement(plan, n)));
-            }
-            let line = format!("recomputed (left out before, now read or used): {what}");
-            match region_of(plan, n) {
-                Some(r) => per_region[r].push(line),
-                None => per_flush.push(line),
-            }
+        match region_of(plan, *n) {
+            Some(r) => per_region[r].push(format!("left out, not written: {what} ({why})")),
+            None => per_flush.push(format!("left out, not computed: {what} ({why})")),
+        }
+    }
+    for &n in &notes.recomputed {
+        let what = describe(graph, n);
+        if explaining {
+            metrics::recomputed(format!("{what}, {}", placement(plan, n)));
+        }
+        let line = format!("recomputed (left out before, now read or used): {what}");
+        match region_of(plan, n) {
+            Some(r) => per_region[r].push(line),
+            None => per_flush.push(line),
         }
     }
     crate::dump::flush_log(graph, plan, &per_region, &per_flush);

@@ -386,8 +386,8 @@ pub fn realize_all(tensors: &[&Tensor]) -> Result<()> {
 /// has run, those [`flush`] handed over included (a sync point, like
 /// `torch_xla.sync()` + `wait_device_ops()`).
 pub fn sync() {
-    for latch in crate::lazy::sync_thread(FlushReason::Sync) {
-        latch.wait();
-    }
+    // Jobs run inline are done when this returns; the queued ones, this
+    // flush's among them, are what `wait_thread_jobs` waits for.
+    let _ = crate::lazy::sync_thread(FlushReason::Sync);
     crate::lazy::wait_thread_jobs();
 }
