@@ -76,6 +76,25 @@ pub(super) struct V {
 }
 
 impl V {
+    /// The result view from its padded value and dynamic axes.
+    pub fn with_axes(t: Arc<TensorInner>, shape: &Shape, axes: &[Option<(usize, usize)>]) -> V {
+        let mut mask = 0;
+        let mut limit = Shape(SmallVec::from_elem(0, shape.rank()));
+        for (a, ax) in axes.iter().enumerate() {
+            if let Some((_, l)) = ax {
+                mask |= 1 << a;
+                limit.0[a] = *l;
+            }
+        }
+        V {
+            t,
+            shape: shape.clone(),
+            mask,
+            limit,
+            zero_pad: false,
+        }
+    }
+
     /// The view of a tensor (static tensors: logical = padded, no mask).
     pub fn of(t: &Tensor) -> V {
         match t.0.logical() {

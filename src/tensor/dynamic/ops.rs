@@ -1,6 +1,6 @@
 //! Each op on dynamic operands, as ops on their padded buffers.
 //!
-//! The rules (the README's "Dynamic shapes" lists them for users):
+//! The rules (docs/dynamic-shapes.md lists them for users):
 //! - elementwise ops run on the padding too; an operand that is static,
 //!   or padded to a smaller capacity, along a dynamic result axis is
 //!   padded to the result's capacity;
@@ -261,29 +261,6 @@ fn align(
     Ok(t)
 }
 
-/// The result view from its padded value and dynamic axes.
-pub(super) fn result(
-    t: std::sync::Arc<crate::lazy::TensorInner>,
-    shape: &Shape,
-    axes: &[Option<(usize, usize)>],
-) -> V {
-    let mut mask = 0;
-    let mut limit = Shape(SmallVec::from_elem(0, shape.rank()));
-    for (a, ax) in axes.iter().enumerate() {
-        if let Some((_, l)) = ax {
-            mask |= 1 << a;
-            limit.0[a] = *l;
-        }
-    }
-    V {
-        t,
-        shape: shape.clone(),
-        mask,
-        limit,
-        zero_pad: false,
-    }
-}
-
 /// Unary, binary, compare, select and convert: the op on aligned buffers.
 fn elementwise(ctx: &Ctx<'_>, op: &Op, os: &[O], r: &Shape, skip: usize) -> Result<V> {
     let vs: Vec<&V> = os
@@ -302,7 +279,7 @@ fn elementwise(ctx: &Ctx<'_>, op: &Op, os: &[O], r: &Shape, skip: usize) -> Resu
         });
     }
     let t = ctx.rec(op.clone(), &args)?;
-    Ok(result(t, r, &axes))
+    Ok(V::with_axes(t, r, &axes))
 }
 
 /// `broadcast_to`: dynamic axes of the operand carry over; a broadcast
@@ -319,7 +296,7 @@ fn broadcast(ctx: &Ctx<'_>, x: &V, r: &Shape, site: u32) -> Result<V> {
         .map(|a| axes[a].map_or(r.dims()[a], |(c, _)| c))
         .collect();
     let t = ctx.rec(Op::BroadcastTo(Shape::new(&phys)), &[P::T(t)])?;
-    Ok(result(t, r, &axes))
+    Ok(V::with_axes(t, r, &axes))
 }
 
 /// The view left after removing (or keeping as 1) the reduced `axes`.
@@ -508,7 +485,7 @@ fn matmul(ctx: &Ctx<'_>, a: &V, b: &V, r: &Shape) -> Result<V> {
     axes.push(m);
     axes.push(nn);
     debug_assert_eq!(axes.len(), rr);
-    Ok(result(t, r, &axes))
+    Ok(V::with_axes(t, r, &axes))
 }
 
 /// `index_select`: indices clamped to the logical length of a dynamic
@@ -528,5 +505,5 @@ fn index_select(ctx: &Ctx<'_>, x: &V, idx: &V, axis: usize, r: &Shape) -> Result
         .collect();
     axes[axis] = idx.is_dyn(0).then(|| (idx.cap(0), idx.limit.dims()[0]));
     let t = ctx.rec(Op::IndexSelect { axis }, &[P::T(x.t.clone()), P::T(i)])?;
-    Ok(result(t, r, &axes))
+    Ok(V::with_axes(t, r, &axes))
 }

@@ -1,7 +1,6 @@
 //! `narrow` and `cat` on dynamic axes: slices at run-time starts, and
 //! growth by writing into a capacity buffer.
 
-use super::ops::result;
 use super::pad::pad_to;
 use super::sites::{capacity, Kind};
 use super::{dim, Ctx, P, V};
@@ -88,7 +87,7 @@ pub(super) fn cat(ctx: &Ctx<'_>, vs: &[&V], axis: usize, r: &Shape, site: u32) -
     if !along {
         let args: Vec<P> = parts.into_iter().map(P::T).collect();
         let t = ctx.rec(Op::Concat { axis }, &args)?;
-        return Ok(result(t, r, &axes));
+        return Ok(V::with_axes(t, r, &axes));
     }
     let total = r.dims()[axis];
     let limit = axes[axis].map_or(0, |(_, l)| l);
@@ -140,7 +139,7 @@ pub(super) fn cat(ctx: &Ctx<'_>, vs: &[&V], axis: usize, r: &Shape, site: u32) -
         // capacities and that steady length only, so it compiles once.
         buf = pad_to(ctx, &buf, axis, total, axis)?;
         axes[axis] = None;
-        return Ok(result(buf, r, &axes));
+        return Ok(V::with_axes(buf, r, &axes));
     }
     if slack > 0 {
         buf = pad_to(ctx, &buf, axis, cap, axis)?;
@@ -157,7 +156,7 @@ pub(super) fn cat(ctx: &Ctx<'_>, vs: &[&V], axis: usize, r: &Shape, site: u32) -
             .enumerate()
             .all(|(a, ax)| a == axis || ax.is_none());
     axes[axis] = Some((cap, limit));
-    let mut out = result(buf, r, &axes);
+    let mut out = V::with_axes(buf, r, &axes);
     out.zero_pad = zero_pad;
     Ok(out)
 }

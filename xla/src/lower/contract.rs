@@ -12,7 +12,7 @@ use std::fmt::Write;
 /// for `mean`, a reshape to `out_shape` for `keepdim`).
 ///
 /// A float `max`/`min` body is the plain `stablehlo.maximum`/`minimum`:
-/// with XLA's fast min/max off (`src/pjrt/options.rs`) XLA's CPU reduction
+/// with XLA's fast min/max off (`xla/src/pjrt/options.rs`) XLA's CPU reduction
 /// loops propagate NaN themselves (`tests/ieee.rs` checks every float dtype,
 /// axis and NaN position), and only a plain body is vectorised. A body
 /// that selected NaN operands explicitly ran as a scalar loop: a row max
@@ -70,7 +70,7 @@ fn reduce_body(
     let long_sum = matches!(op, ReduceOp::Sum | ReduceOp::Mean) && acc.is_float();
     // Not in SPMD programs: reshaping a sharded axis into stages before
     // partitioning makes XLA gather it; there XLA's own tree reduction
-    // rewriter runs on each device's share (`src/pjrt/options.rs`).
+    // rewriter runs on each device's share (`xla/src/pjrt/options.rs`).
     let r = if long_sum && count > SPLIT_SUM && contiguous && !e.spmd {
         staged_sum(e, &xin, in_shape, axes, acc)
     } else if long_sum && !e.spmd && leading_sum_as_dot(in_shape, axes) {
@@ -126,7 +126,7 @@ fn one_reduce(
 /// [`SPLIT_CHUNK`], are summed per chunk, and so on until at most
 /// [`SPLIT_CHUNK`] partial sums are left, which one reduce adds. XLA's CPU
 /// backend would otherwise sum them in one loop (its tree reduction
-/// rewriter is off, see `src/pjrt/options.rs`), whose rounding error grows
+/// rewriter is off, see `xla/src/pjrt/options.rs`), whose rounding error grows
 /// with the length: a sum of 2^24 values was off by 3.4e-6 relative.
 fn staged_sum(e: &mut Emitter<'_>, x: &str, shape: &Shape, axes: &[usize], acc: DType) -> String {
     let dims = shape.dims();
@@ -252,7 +252,7 @@ pub(super) fn argmax(
 /// [`argmax`] as the maximum along `axis` (which is NaN where the axis
 /// holds one), then the least index whose value equals it or is NaN. XLA
 /// runs a variadic reduce as a scalar loop: over the rows of `[1024,
-/// 1024]` it took 2.4 ms, jax.jit's 2.1. Equality is [`super::ops::compare`]'s,
+/// 1024]` it took 2.4 ms, jax.jit's 2.1. Equality is [`super::elementwise::compare`]'s,
 /// which reads bf16 subnormals as zero like the maximum does.
 fn argmax_two_pass(
     e: &mut Emitter<'_>,
@@ -268,9 +268,9 @@ fn argmax_two_pass(
     let m = one_reduce(e, ReduceOp::Max, x, in_shape, &[axis], dt);
     let m = e.reshape(&m, &flat, &kept, dt);
     let m = e.broadcast(&m, &kept, in_shape, dt);
-    let mut hit = super::ops::compare(e, CmpOp::Eq, x, &m, in_shape, dt);
+    let mut hit = super::elementwise::compare(e, CmpOp::Eq, x, &m, in_shape, dt);
     if dt.is_float() {
-        let nan = super::ops::compare(e, CmpOp::Ne, x, x, in_shape, dt);
+        let nan = super::elementwise::compare(e, CmpOp::Ne, x, x, in_shape, dt);
         hit = e.eltwise(
             "stablehlo.or",
             &[&hit, &nan],
