@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Regenerates src/pjrt/sys.rs, the raw FFI declarations of the PJRT C API.
+# Regenerates xla/src/pjrt/sys.rs, the raw FFI declarations of the PJRT C API.
 #
 # The header is taken from the exact plugin wheel lazyfuse provisions at run
 # time (xla-cpu-pjrt==0.0.1, PJRT C API 0.81), so the struct layouts and
 # *_STRUCT_SIZE constants always match the plugin we load. Run this only when
 # bumping the pinned plugin version (and then also bump the pin in
-# src/plugin.rs and the minimum version checked in src/pjrt/plugin.rs).
+# xla/src/plugin/mod.rs and the minimum version checked in xla/src/pjrt/api.rs).
 #
 # Requirements: python3 with pip, and the bindgen CLI (`cargo install
 # bindgen-cli`) with a libclang it can find.
@@ -19,7 +19,7 @@ PLUGIN_REQ="xla-cpu-pjrt==0.0.1"
 HEADER_IN_WHEEL="xla_plugins/xla_cpu_pjrt/include/pjrt_c_api.h"
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-out="$repo_root/src/pjrt/sys.rs"
+out="$repo_root/xla/src/pjrt/sys.rs"
 bindgen="${BINDGEN:-bindgen}"
 
 command -v "$bindgen" >/dev/null || {

@@ -10,9 +10,9 @@ cd "$(dirname "$0")/.."
 bin=target/gpu-carry
 out=${OUT:-target/gpu-results}
 mkdir -p "$out"
-if [ -z "${TPU_PJRT_PLUGIN:-}" ]; then
+if [ -z "${LAZYFUSE_PJRT_PLUGIN:-}" ]; then
   # The plugin JAX loads: jax_plugins/xla_cuda13 (or xla_cuda12) in site-packages.
-  TPU_PJRT_PLUGIN=$(python3 - <<'P'
+  LAZYFUSE_PJRT_PLUGIN=$(python3 - <<'P'
 import importlib, os
 for m in ("jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12"):
     try:
@@ -26,8 +26,8 @@ for m in ("jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12"):
 P
 )
 fi
-export TPU_PJRT_PLUGIN LAZYFUSE_TEST_DEVICE=cuda LAZYFUSE_TEST_BACKENDS=xla
-echo "plugin: $TPU_PJRT_PLUGIN" | tee "$out/summary.txt"
+export LAZYFUSE_PJRT_PLUGIN LAZYFUSE_TEST_DEVICE=cuda LAZYFUSE_TEST_BACKENDS=xla
+echo "plugin: $LAZYFUSE_PJRT_PLUGIN" | tee "$out/summary.txt"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$out/summary.txt"
 python3 -c 'import jax; print("jax", jax.__version__, jax.devices())' 2>&1 | tail -1 | tee -a "$out/summary.txt"
 for t in cuda ops lazy; do

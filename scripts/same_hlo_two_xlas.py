@@ -6,13 +6,13 @@ options), median of 100 runs each (ms).
 It separates what lazyfuse controls (the module it emits, its runtime) from
 what it does not (the XLA build inside the plugin wheel): lower a workload
 with jax (`jax.jit(f).lower(*args).as_text()` into a file), dump lazyfuse's
-regions with `TPU_DUMP_DIR=d`, and run both here. If the two modules take
+regions with `LAZYFUSE_DUMP_DIR=d`, and run both here. If the two modules take
 the same time under each client, the gap between lazyfuse and jax.jit is the
 gap between the two clients.
 
     python scripts/same_hlo_two_xlas.py d/region-<key>.mlir jax_step.mlir
 
-Needs jax (CPU). The plugin is found as lazyfuse finds it: `TPU_PJRT_PLUGIN`,
+Needs jax (CPU). The plugin is found as lazyfuse finds it: `LAZYFUSE_PJRT_PLUGIN`,
 else `~/.cache/lazyfuse/xla-cpu-pjrt-0.0.1/xla_cpu_pjrt.so`. Inputs are
 random (boolean ones false, integer ones 0), which is enough for timing.
 """
@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 RUNS = 100
-PLUGIN = os.environ.get("TPU_PJRT_PLUGIN") or os.path.expanduser(
+PLUGIN = os.environ.get("LAZYFUSE_PJRT_PLUGIN") or os.path.expanduser(
     "~/.cache/lazyfuse/xla-cpu-pjrt-0.0.1/xla_cpu_pjrt.so"
 )
 DTYPES = {"f32": np.float32, "f64": np.float64, "i64": np.int64, "i32": np.int32, "i1": np.bool_}

@@ -1,5 +1,15 @@
 //! Runtime configuration: every environment variable lazyfuse reads, in one
-//! place (the README's table lists the same set), plus per-thread overrides.
+//! place (docs/configuration.md lists the same set), plus per-thread overrides.
+//! The XLA backend's own variables (which plugin, where plugins are
+//! provisioned, the CUDA client's options, strict floating point) are
+//! `lazyfuse_xla::env`'s: `LAZYFUSE_PJRT_PLUGIN` (alias `TPU_PJRT_PLUGIN`),
+//! `LAZYFUSE_CACHE`, `LAZYFUSE_GPU_MEMORY_FRACTION`,
+//! `LAZYFUSE_GPU_PREALLOCATE`, `LAZYFUSE_GPU_ALLOCATOR`,
+//! `LAZYFUSE_STRICT_FP`.
+//!
+//! Every variable is spelled `LAZYFUSE_*`. Those the seed spelled `LAZYFUSE_*`
+//! keep that name as an alias ([`alias`]), read only when the `LAZYFUSE_*`
+//! name is unset.
 //!
 //! A leaf of the layer stack: it imports nothing of the crate. Values that
 //! steer the hot path (fusion default, launch blocking, the graph cap) are
@@ -13,37 +23,25 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-/// `TPU_FUSION`: `0` turns fusion off (every op its own region).
-pub const FUSION: &str = "TPU_FUSION";
-/// `TPU_LAUNCH_BLOCKING`: `1` waits for every execution where it is launched.
-pub const LAUNCH_BLOCKING: &str = "TPU_LAUNCH_BLOCKING";
-/// `TPU_METRICS`: `1` prints the metrics report at exit.
-pub const METRICS: &str = "TPU_METRICS";
-/// `TPU_DUMP_DIR`: where region StableHLO and the flush log are written.
-pub const DUMP_DIR: &str = "TPU_DUMP_DIR";
-/// `TPU_CACHE_DIR`: the persistent compile cache.
-pub const CACHE_DIR: &str = "TPU_CACHE_DIR";
-/// `TPU_CACHE_MAX_BYTES`: size bound of the persistent compile cache.
-pub const CACHE_MAX_BYTES: &str = "TPU_CACHE_MAX_BYTES";
-/// `TPU_PJRT_PLUGIN`: a PJRT plugin to load instead of the provisioned CPU one.
-pub const PJRT_PLUGIN: &str = "TPU_PJRT_PLUGIN";
-/// `TPU_MAX_PENDING_OPS`: flush a thread's graph once it holds this many nodes.
-pub const MAX_PENDING_OPS: &str = "TPU_MAX_PENDING_OPS";
-/// `TPU_MAX_EXECUTABLES`: compiled executables kept in memory per runtime.
-pub const MAX_EXECUTABLES: &str = "TPU_MAX_EXECUTABLES";
-/// `LAZYFUSE_GPU_MEMORY_FRACTION`: fraction of GPU memory the CUDA client may use.
-pub const GPU_MEMORY_FRACTION: &str = "LAZYFUSE_GPU_MEMORY_FRACTION";
-/// `LAZYFUSE_GPU_PREALLOCATE`: `0` makes the CUDA client allocate on demand.
-pub const GPU_PREALLOCATE: &str = "LAZYFUSE_GPU_PREALLOCATE";
-/// `LAZYFUSE_GPU_ALLOCATOR`: the CUDA client's allocator (`bfc`, `cuda_async`, ...).
-pub const GPU_ALLOCATOR: &str = "LAZYFUSE_GPU_ALLOCATOR";
-/// `LAZYFUSE_CACHE`: where the CPU and CUDA plugins are provisioned.
-pub const PLUGIN_CACHE: &str = "LAZYFUSE_CACHE";
+/// `LAZYFUSE_FUSION`: `0` turns fusion off (every op its own region).
+pub const FUSION: &str = "LAZYFUSE_FUSION";
+/// `LAZYFUSE_LAUNCH_BLOCKING`: `1` waits for every execution where it is launched.
+pub const LAUNCH_BLOCKING: &str = "LAZYFUSE_LAUNCH_BLOCKING";
+/// `LAZYFUSE_METRICS`: `1` prints the metrics summary at exit, `full` every
+/// raw figure.
+pub const METRICS: &str = "LAZYFUSE_METRICS";
+/// `LAZYFUSE_DUMP_DIR`: where region StableHLO and the flush log are written.
+pub const DUMP_DIR: &str = "LAZYFUSE_DUMP_DIR";
+/// `LAZYFUSE_CACHE_DIR`: the persistent compile cache.
+pub const CACHE_DIR: &str = "LAZYFUSE_CACHE_DIR";
+/// `LAZYFUSE_CACHE_MAX_BYTES`: size bound of the persistent compile cache.
+pub const CACHE_MAX_BYTES: &str = "LAZYFUSE_CACHE_MAX_BYTES";
+/// `LAZYFUSE_MAX_PENDING_OPS`: flush a thread's graph once it holds this many nodes.
+pub const MAX_PENDING_OPS: &str = "LAZYFUSE_MAX_PENDING_OPS";
+/// `LAZYFUSE_MAX_EXECUTABLES`: compiled executables kept in memory per runtime.
+pub const MAX_EXECUTABLES: &str = "LAZYFUSE_MAX_EXECUTABLES";
 /// `LAZYFUSE_MALLOC_TUNING`: `0` keeps glibc's default mmap/trim thresholds.
 pub const MALLOC_TUNING: &str = "LAZYFUSE_MALLOC_TUNING";
-/// `1`: compile without fused multiply-add, so fused results equal unfused
-/// ones bit for bit (slower elementwise code; see the README's semantics).
-pub const STRICT_FP: &str = "LAZYFUSE_STRICT_FP";
 /// `LAZYFUSE_POISON_PADDING=1`: fill the padding of dynamic axes with NaN
 /// and infinities instead of zeros (a debug switch: results must not change).
 pub const POISON_PADDING: &str = "LAZYFUSE_POISON_PADDING";
@@ -65,9 +63,6 @@ pub const INLINE_WAITS: &str = "LAZYFUSE_INLINE_WAITS";
 /// waiting thread polls for its completion before sleeping (default
 /// [`DEFAULT_WAIT_POLL_US`]; `0`: sleep at once). See [`wait_poll`].
 pub const WAIT_POLL_US: &str = "LAZYFUSE_WAIT_POLL_US";
-/// XLA's own log threshold (0 info, 1 warnings, 2 errors), read by the
-/// plugin when it first logs; lazyfuse sets 1 when it is unset.
-pub const XLA_LOG_LEVEL: &str = "TF_CPP_MIN_LOG_LEVEL";
 /// glibc's own variables: when the user set either, lazyfuse leaves malloc alone.
 pub const GLIBC_MALLOC_VARS: [&str; 2] = ["MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"];
 
@@ -87,16 +82,41 @@ pub const DEFAULT_LAYERS_PER_REGION: usize = 4;
 /// Default bound of the persistent compile cache.
 pub const DEFAULT_CACHE_MAX_BYTES: u64 = 1 << 30;
 
-/// The value of `name` if set and not empty (an empty variable counts as
-/// unset, so `VAR= cmd` disables an override).
+/// The seed's `TPU_*` spelling of a `LAZYFUSE_*` variable that had one,
+/// read when the `LAZYFUSE_*` name is unset (the XLA backend's alias,
+/// `TPU_PJRT_PLUGIN`, is `lazyfuse-xla`'s).
+pub fn alias(name: &str) -> Option<&'static str> {
+    Some(match name {
+        FUSION => "TPU_FUSION",
+        LAUNCH_BLOCKING => "TPU_LAUNCH_BLOCKING",
+        METRICS => "TPU_METRICS",
+        DUMP_DIR => "TPU_DUMP_DIR",
+        CACHE_DIR => "TPU_CACHE_DIR",
+        CACHE_MAX_BYTES => "TPU_CACHE_MAX_BYTES",
+        MAX_PENDING_OPS => "TPU_MAX_PENDING_OPS",
+        MAX_EXECUTABLES => "TPU_MAX_EXECUTABLES",
+        _ => return None,
+    })
+}
+
+/// The value of `name`, or of its alias when `name` is unset.
+fn var(name: &str) -> Option<String> {
+    lookup(name, |n| std::env::var(n).ok())
+}
+
+/// `name`'s value as `get` reads variables: its own, else its alias's.
+fn lookup<T>(name: &str, get: impl Fn(&str) -> Option<T>) -> Option<T> {
+    get(name).or_else(|| alias(name).and_then(get))
+}
+
+/// The value of `name` (or its alias) if set and not empty (an empty
+/// variable counts as unset, so `VAR= cmd` disables an override).
 pub(crate) fn non_empty(name: &str) -> Option<OsString> {
-    std::env::var_os(name).filter(|v| !v.is_empty())
+    lookup(name, |n| std::env::var_os(n).filter(|v| !v.is_empty()))
 }
 
 fn flag(name: &str) -> Option<bool> {
-    std::env::var(name)
-        .ok()
-        .map(|v| !matches!(v.trim(), "0" | "false" | "off" | "no" | ""))
+    var(name).map(|v| !matches!(v.trim(), "0" | "false" | "off" | "no" | ""))
 }
 
 /// A directory named by `name`, read once per process.
@@ -105,13 +125,13 @@ fn cached_dir(cell: &'static OnceLock<Option<PathBuf>>, name: &str) -> Option<&'
         .as_ref()
 }
 
-/// `TPU_DUMP_DIR`, if set.
+/// `LAZYFUSE_DUMP_DIR`, if set.
 pub(crate) fn dump_dir() -> Option<&'static PathBuf> {
     static D: OnceLock<Option<PathBuf>> = OnceLock::new();
     cached_dir(&D, DUMP_DIR)
 }
 
-/// `TPU_CACHE_DIR`, if set.
+/// `LAZYFUSE_CACHE_DIR`, if set.
 pub(crate) fn cache_dir() -> Option<&'static PathBuf> {
     static D: OnceLock<Option<PathBuf>> = OnceLock::new();
     cached_dir(&D, CACHE_DIR)
@@ -130,7 +150,7 @@ pub fn layers_per_region() -> usize {
     })
 }
 
-/// `TPU_CACHE_MAX_BYTES`, default [`DEFAULT_CACHE_MAX_BYTES`].
+/// `LAZYFUSE_CACHE_MAX_BYTES`, default [`DEFAULT_CACHE_MAX_BYTES`].
 pub(crate) fn cache_max_bytes() -> u64 {
     static M: OnceLock<u64> = OnceLock::new();
     *M.get_or_init(|| {
@@ -139,31 +159,6 @@ pub(crate) fn cache_max_bytes() -> u64 {
             .and_then(|s| s.trim().parse().ok())
             .unwrap_or(DEFAULT_CACHE_MAX_BYTES)
     })
-}
-
-/// A CUDA client option variable's trimmed value, if set and non-empty.
-pub(crate) fn gpu_option(name: &str) -> Option<String> {
-    non_empty(name).map(|v| v.to_string_lossy().trim().to_string())
-}
-
-/// `TPU_PJRT_PLUGIN`, read when a default device is asked for.
-pub(crate) fn plugin_override() -> Option<PathBuf> {
-    non_empty(PJRT_PLUGIN).map(PathBuf::from)
-}
-
-/// The user cache root for provisioning: `LAZYFUSE_CACHE`, else
-/// `$XDG_CACHE_HOME/lazyfuse` (absolute values only, as the XDG spec says),
-/// else `$HOME/.cache/lazyfuse`.
-pub(crate) fn plugin_cache_root() -> Option<PathBuf> {
-    if let Some(dir) = non_empty(PLUGIN_CACHE) {
-        return Some(PathBuf::from(dir));
-    }
-    if let Some(dir) = non_empty("XDG_CACHE_HOME").map(PathBuf::from) {
-        if dir.is_absolute() {
-            return Some(dir.join("lazyfuse"));
-        }
-    }
-    non_empty("HOME").map(|h| PathBuf::from(h).join(".cache").join("lazyfuse"))
 }
 
 /// Whether lazyfuse may raise glibc's malloc thresholds (not when the user
@@ -176,7 +171,7 @@ pub(crate) fn malloc_tuning() -> bool {
     !(user_set || off)
 }
 
-/// Process-wide fusion default: on unless `TPU_FUSION=0`.
+/// Process-wide fusion default: on unless `LAZYFUSE_FUSION=0`.
 fn fusion_default() -> bool {
     static D: OnceLock<bool> = OnceLock::new();
     *D.get_or_init(|| flag(FUSION).unwrap_or(true))
@@ -202,7 +197,7 @@ pub(crate) fn set_thread_fusion(on: bool) {
 static MAX_PENDING: AtomicUsize = AtomicUsize::new(0);
 
 /// The pending-graph cap: a thread's graph is flushed once it holds this many
-/// nodes (`TPU_MAX_PENDING_OPS`, default 20,000), bounding memory and compile size.
+/// nodes (`LAZYFUSE_MAX_PENDING_OPS`, default 20,000), bounding memory and compile size.
 pub fn max_pending_ops() -> usize {
     positive_setting(&MAX_PENDING, MAX_PENDING_OPS, DEFAULT_MAX_PENDING_OPS)
 }
@@ -215,8 +210,7 @@ fn positive_setting(cell: &AtomicUsize, var: &str, default: usize) -> usize {
     if v != 0 {
         return v;
     }
-    let d = std::env::var(var)
-        .ok()
+    let d = self::var(var)
         .and_then(|s| s.parse().ok())
         .filter(|&n: &usize| n > 0)
         .unwrap_or(default);
@@ -227,7 +221,7 @@ fn positive_setting(cell: &AtomicUsize, var: &str, default: usize) -> usize {
 static MAX_EXES: AtomicUsize = AtomicUsize::new(0);
 
 /// How many compiled executables a runtime keeps in memory
-/// (`TPU_MAX_EXECUTABLES`, default 4,096); the least recently used beyond
+/// (`LAZYFUSE_MAX_EXECUTABLES`, default 4,096); the least recently used beyond
 /// that are dropped (and recompiled, or reloaded from the persistent cache,
 /// when needed again).
 pub fn max_executables() -> usize {
@@ -244,17 +238,16 @@ pub fn set_max_pending_ops(n: usize) {
     MAX_PENDING.store(n.max(1), Ordering::Relaxed);
 }
 
-/// `TPU_METRICS=1`: print the metrics report at exit.
+/// `LAZYFUSE_METRICS=1`: print the metrics summary at exit (`full`: every
+/// raw figure).
 pub(crate) fn metrics_at_exit() -> bool {
     static M: OnceLock<bool> = OnceLock::new();
     *M.get_or_init(|| flag(METRICS).unwrap_or(false))
 }
 
-/// `LAZYFUSE_STRICT_FP=1`: no multiply-add contraction in compiled code.
-/// Read once: it is part of every executable's compile options.
-pub fn strict_fp() -> bool {
-    static S: OnceLock<bool> = OnceLock::new();
-    *S.get_or_init(|| flag(STRICT_FP).unwrap_or(false))
+/// `LAZYFUSE_METRICS=full`: the exit report lists every raw figure.
+pub(crate) fn metrics_full() -> bool {
+    var(METRICS).is_some_and(|v| v.trim().eq_ignore_ascii_case("full"))
 }
 
 /// Whether a flush that its caller waits for at once (a host read or a
@@ -286,14 +279,13 @@ pub const DEFAULT_WAIT_POLL_US: u64 = 500;
 pub fn wait_poll() -> std::time::Duration {
     static P: OnceLock<u64> = OnceLock::new();
     std::time::Duration::from_micros(*P.get_or_init(|| {
-        std::env::var(WAIT_POLL_US)
-            .ok()
+        var(WAIT_POLL_US)
             .and_then(|s| s.trim().parse().ok())
             .unwrap_or(DEFAULT_WAIT_POLL_US)
     }))
 }
 
-/// `TPU_LAUNCH_BLOCKING=1`: wait for every execution as it is launched, so an
+/// `LAZYFUSE_LAUNCH_BLOCKING=1`: wait for every execution as it is launched, so an
 /// execution error is reported by the region (and op) that caused it.
 pub fn launch_blocking() -> bool {
     static B: OnceLock<bool> = OnceLock::new();
@@ -358,4 +350,46 @@ pub fn auto_dynamic() -> bool {
 /// feature; the reference for tests and for debugging).
 pub fn set_auto_dynamic(on: bool) {
     THREAD_AUTO_DYNAMIC.with(|c| c.set(Some(on)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_seed_name_is_an_alias_of_its_lazyfuse_name() {
+        for name in [
+            FUSION,
+            LAUNCH_BLOCKING,
+            METRICS,
+            DUMP_DIR,
+            CACHE_DIR,
+            CACHE_MAX_BYTES,
+            MAX_PENDING_OPS,
+            MAX_EXECUTABLES,
+        ] {
+            let seed = alias(name).unwrap();
+            assert_eq!(name.strip_prefix("LAZYFUSE_"), seed.strip_prefix("TPU_"));
+        }
+        assert_eq!(alias(POISON_PADDING), None);
+    }
+
+    #[test]
+    fn the_lazyfuse_name_wins_over_its_alias() {
+        let env = |set: &'static [(&'static str, &'static str)]| {
+            move |n: &str| {
+                set.iter()
+                    .find(|(k, _)| *k == n)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let only_seed = env(&[("TPU_FUSION", "0")]);
+        assert_eq!(lookup(FUSION, only_seed).as_deref(), Some("0"));
+        let both = env(&[("TPU_FUSION", "0"), ("LAZYFUSE_FUSION", "1")]);
+        assert_eq!(lookup(FUSION, both).as_deref(), Some("1"));
+        assert_eq!(
+            lookup(POISON_PADDING, env(&[("TPU_POISON_PADDING", "1")])),
+            None
+        );
+    }
 }

@@ -1,4 +1,4 @@
-//! `TPU_DUMP_DIR=dir`: write each compiled region's StableHLO, and a flush
+//! `LAZYFUSE_DUMP_DIR=dir`: write each compiled region's StableHLO, and a flush
 //! log mapping every region of every flush to the user lines that recorded
 //! its ops, for inspection.
 //!
@@ -43,7 +43,7 @@ fn dir() -> Option<&'static PathBuf> {
     .as_ref()
 }
 
-/// Whether dumping is on (`TPU_DUMP_DIR` names a usable directory).
+/// Whether dumping is on (`LAZYFUSE_DUMP_DIR` names a usable directory).
 pub(crate) fn enabled() -> bool {
     dir().is_some()
 }

@@ -83,3 +83,10 @@ impl Error {
 
 /// Result alias used throughout the API.
 pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(feature = "xla")]
+impl From<lazyfuse_xla::pjrt::Error> for Error {
+    fn from(e: lazyfuse_xla::pjrt::Error) -> Self {
+        Error::Pjrt(e.to_string())
+    }
+}

@@ -1,6 +1,6 @@
 //! The one process-exit hook. Layers register what must happen when the
 //! process ends (executors drain their in-flight work, then the
-//! `TPU_METRICS` report is printed) and the hook runs them in [`Stage`]
+//! `LAZYFUSE_METRICS` report is printed) and the hook runs them in [`Stage`]
 //! order, whatever order they were registered in.
 //!
 //! The drain must come before the plugin's own teardown. The plugin

@@ -20,31 +20,34 @@
 
 // The layers, top to bottom (a module only names modules below it):
 //   nn, optim -> autograd -> tensor -> lazy -> device -> executor -> runtime
-//   -> backend -> lower, persist, dump -> pjrt; device also names plugin
-//   (finding and provisioning plugins, the CUDA driver probe), which names
-//   only pjrt's option types; with the leaves error,
-//   config, metrics, explain and exit, and the crates fusion and ir below.
+//   -> backend -> persist, dump; with the leaves error, config, metrics,
+//   explain and exit, and the crates below: lazyfuse-xla (feature `xla`:
+//   the PJRT binding, plugin provisioning, StableHLO lowering), which the
+//   backend and device layers drive, then fusion and ir.
 pub mod autograd;
 mod backend;
+// Parts used only by the XLA backend are dead without it.
+#[cfg_attr(not(feature = "xla"), allow(dead_code))]
 mod config;
 mod device;
+// Parts used only by the XLA backend are dead without it.
+#[cfg_attr(not(feature = "xla"), allow(dead_code))]
 mod dump;
 mod error;
 mod executor;
 mod exit;
 pub mod explain;
 mod lazy;
-mod lower;
 pub mod metrics;
 pub mod nn;
 pub mod optim;
+#[cfg(feature = "xla")]
 mod persist;
-pub mod pjrt;
-pub mod plugin;
 mod runtime;
 mod spmd;
 mod tensor;
 #[doc(hidden)]
+#[cfg_attr(not(feature = "xla"), allow(dead_code))]
 pub mod testing;
 
 pub use autograd::{is_grad_enabled, no_grad, NoGradGuard};
@@ -57,9 +60,12 @@ pub use device::Device;
 pub use error::{Error, Result};
 pub use lazy::{pending_ops, set_fusion, FusionGuard};
 pub use lazyfuse_ir::{DType, Element, HostTensor, Shape};
-pub use pjrt::{InMemoryKeyValueStore, KeyValueStore};
-pub use plugin::cuda::CudaOptions;
-pub use plugin::{CpuOptions, Distributed};
+#[cfg(feature = "xla")]
+pub use lazyfuse_xla::pjrt::{InMemoryKeyValueStore, KeyValueStore};
+#[cfg(feature = "xla")]
+pub use lazyfuse_xla::plugin::cuda::CudaOptions;
+#[cfg(feature = "xla")]
+pub use lazyfuse_xla::plugin::{CpuOptions, Distributed};
 pub use spmd::{Mesh, Sharding};
 pub use tensor::dynamic::sites::reset_dynamic_sites;
 pub use tensor::{flush, realize_all, sync, Local, Reduction, Tensor};
@@ -67,3 +73,7 @@ pub use tensor::{flush, realize_all, sync, Local, Reduction, Tensor};
 /// The IR and planner crates, for tools that inspect graphs and plans.
 pub use lazyfuse_fusion as fusion;
 pub use lazyfuse_ir as ir;
+/// The XLA backend crate (the PJRT binding, plugin provisioning and the
+/// StableHLO lowering), for tools that drive PJRT or provision plugins.
+#[cfg(feature = "xla")]
+pub use lazyfuse_xla as xla;

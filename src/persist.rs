@@ -1,4 +1,4 @@
-//! `TPU_CACHE_DIR=dir`: a persistent compile cache shared by processes.
+//! `LAZYFUSE_CACHE_DIR=dir`: a persistent compile cache shared by processes.
 //!
 //! Why: a compile costs 20-150 ms, so a program that compiles 50 regions
 //! spends seconds before its first step, every run. Compiled executables are
@@ -18,14 +18,14 @@
 //! as rejected and recompiled, never a crash. Writers write a temporary file
 //! and rename it into place, so concurrent processes writing the same entry
 //! each publish a whole file and readers never see a partial one. The
-//! directory is bounded (`TPU_CACHE_MAX_BYTES`, default 1 GiB): after each
+//! directory is bounded (`LAZYFUSE_CACHE_MAX_BYTES`, default 1 GiB): after each
 //! store the least recently used entries (by mtime, touched on every hit) are
 //! evicted. Every failure of the cache is logged and ignored: the cache can
 //! make a run faster, never make it fail.
 
 use crate::metrics::{self, COUNTERS as C};
-use crate::pjrt;
 use lazyfuse_fusion::RegionKey;
+use lazyfuse_xla::pjrt;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -50,7 +50,7 @@ fn dir() -> Option<&'static PathBuf> {
     D.get_or_init(|| {
         let d = crate::config::cache_dir()?.clone();
         if let Err(e) = std::fs::create_dir_all(&d) {
-            tracing::warn!("TPU_CACHE_DIR {}: cannot create: {e}", d.display());
+            tracing::warn!("LAZYFUSE_CACHE_DIR {}: cannot create: {e}", d.display());
             return None;
         }
         Some(d)
@@ -58,7 +58,7 @@ fn dir() -> Option<&'static PathBuf> {
     .as_ref()
 }
 
-/// `TPU_CACHE_MAX_BYTES` (default 1 GiB).
+/// `LAZYFUSE_CACHE_MAX_BYTES` (default 1 GiB).
 fn max_bytes() -> u64 {
     crate::config::cache_max_bytes()
 }

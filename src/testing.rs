@@ -40,8 +40,11 @@ mod armed {
         set(&EXECUTION, op);
     }
 
-    pub(crate) fn compile_fault(op: &str) -> bool {
-        ANY.load(Relaxed) && COMPILE.lock().as_deref() == Some(op)
+    pub(crate) fn compile_fault_op() -> Option<String> {
+        if !ANY.load(Relaxed) {
+            return None;
+        }
+        COMPILE.lock().clone()
     }
 
     pub(crate) fn execution_fault(
@@ -63,15 +66,17 @@ mod armed {
 }
 
 #[cfg(feature = "test-util")]
-pub(crate) use armed::{compile_fault, execution_fault};
+#[cfg(feature = "xla")]
+pub(crate) use armed::compile_fault_op;
+pub(crate) use armed::execution_fault;
 #[cfg(feature = "test-util")]
 pub use armed::{inject_compile_fault, inject_execution_fault};
 
-/// True when lowering of `op` should be sabotaged (never, without `test-util`).
+/// The op whose lowering is sabotaged (none, without `test-util`).
 #[cfg(not(feature = "test-util"))]
 #[inline(always)]
-pub(crate) fn compile_fault(_op: &str) -> bool {
-    false
+pub(crate) fn compile_fault_op() -> Option<String> {
+    None
 }
 
 /// `Err` when an execution fault is injected for an op of `region` (never,

@@ -6,7 +6,7 @@
 //! reference interpreter. Tests that set `LAZYFUSE_CACHE` hold one lock, so
 //! they never see each other's cache.
 
-use lazyfuse::plugin::cuda::{self, CudaOptions};
+use lazyfuse::xla::plugin::cuda::{self, CudaOptions};
 use lazyfuse::{DType, Device, Tensor};
 use std::path::PathBuf;
 
@@ -119,7 +119,7 @@ fn provisioning_from_a_clean_cache() {
     assert_eq!(cuda::provision().unwrap(), install);
     assert!(t1.elapsed().as_secs() < 5);
 
-    let plugin = lazyfuse::pjrt::Plugin::load(&install.plugin()).unwrap();
+    let plugin = lazyfuse::xla::pjrt::Plugin::load(&install.plugin()).unwrap();
     // A newer plugin than the CPU one (whose header the binding is generated
     // from): same major version, a later minor, and it loads.
     let (major, minor) = plugin.api_version();
@@ -137,7 +137,7 @@ fn provisioning_from_a_clean_cache() {
         )),
         ..CudaOptions::default()
     };
-    let with_store = lazyfuse::pjrt::Client::with_store(
+    let with_store = lazyfuse::xla::pjrt::Client::with_store(
         plugin.clone(),
         &distributed.create_options().unwrap(),
         &[],
@@ -147,7 +147,7 @@ fn provisioning_from_a_clean_cache() {
         let e = with_store.expect_err("a client without a GPU");
         assert!(e.to_string().contains("No visible GPU devices"), "{e}");
     }
-    let created = lazyfuse::pjrt::Client::with_options(
+    let created = lazyfuse::xla::pjrt::Client::with_options(
         plugin,
         &CudaOptions::default().create_options().unwrap(),
         &[],

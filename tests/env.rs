@@ -1,6 +1,8 @@
 //! Environment toggles, each checked in a child process (they are read once
-//! per process): `TPU_FUSION=0` sets the default mode, `TPU_METRICS=1` prints
-//! the report at exit, `TPU_DUMP_DIR` writes each compiled region.
+//! per process): `LAZYFUSE_FUSION=0` sets the default mode,
+//! `LAZYFUSE_METRICS=1` prints the report at exit, `LAZYFUSE_DUMP_DIR`
+//! writes each compiled region. The seed's `TPU_*` spellings are aliases,
+//! read when the `LAZYFUSE_*` name is unset.
 
 mod common;
 use lazyfuse::{DType, Tensor};
@@ -14,6 +16,10 @@ fn run_child(envs: &[(&str, &str)]) -> std::process::Output {
     let mut c = Command::new(exe);
     c.args(["--exact", "child", "--nocapture", "--test-threads=1"])
         .env(CHILD, "1");
+    for v in ["FUSION", "METRICS", "DUMP_DIR", "LAUNCH_BLOCKING"] {
+        c.env_remove(format!("LAZYFUSE_{v}"));
+        c.env_remove(format!("TPU_{v}"));
+    }
     for (k, v) in envs {
         c.env(k, v);
     }
@@ -34,9 +40,30 @@ fn child() {
     println!("sum={}", y.sum_all().unwrap().item::<f32>().unwrap());
 }
 
+/// The fusion mode a child reports with `envs` set.
+fn child_fusion(envs: &[(&str, &str)]) -> bool {
+    let out = run_child(envs);
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{s}");
+    s.contains("fusion_enabled=true")
+}
+
 #[test]
-fn tpu_fusion_0_turns_fusion_off_by_default() {
-    let out = run_child(&[("TPU_FUSION", "0")]);
+fn the_seed_spelling_is_an_alias_the_lazyfuse_name_overrides() {
+    assert!(!child_fusion(&[("TPU_FUSION", "0")]));
+    assert!(child_fusion(&[
+        ("TPU_FUSION", "0"),
+        ("LAZYFUSE_FUSION", "1")
+    ]));
+    assert!(!child_fusion(&[
+        ("TPU_FUSION", "1"),
+        ("LAZYFUSE_FUSION", "0")
+    ]));
+}
+
+#[test]
+fn fusion_0_turns_fusion_off_by_default() {
+    let out = run_child(&[("LAZYFUSE_FUSION", "0")]);
     let s = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -57,17 +84,28 @@ fn tpu_fusion_0_turns_fusion_off_by_default() {
 }
 
 #[test]
-fn tpu_metrics_1_prints_the_report_at_exit() {
+fn metrics_1_prints_the_summary_at_exit_and_full_every_figure() {
     let out = run_child(&[("TPU_METRICS", "1")]);
     assert!(out.status.success());
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("lazyfuse metrics"), "{e}");
+    for start in ["lazyfuse: ", "compiles: ", "outputs: ", "memory: "] {
+        assert!(
+            e.lines().any(|l| l.starts_with(start)),
+            "missing {start} in\n{e}"
+        );
+    }
+    assert!(!e.contains("compile_time_ns_p50: "), "{e}");
+    let out = run_child(&[("LAZYFUSE_METRICS", "full")]);
+    assert!(out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
     for name in [
         "ops_recorded: ",
         "compiles: ",
         "cache_hits: ",
         "flushes_read: ",
         "live_buffers: ",
+        "compile_time_ns_p50: ",
     ] {
         assert!(
             e.lines().any(|l| l.starts_with(name)),
@@ -79,10 +117,10 @@ fn tpu_metrics_1_prints_the_report_at_exit() {
 }
 
 #[test]
-fn tpu_dump_dir_writes_each_compiled_region() {
+fn dump_dir_writes_each_compiled_region() {
     let dir = std::env::temp_dir().join(format!("lazyfuse-dump-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let out = run_child(&[("TPU_DUMP_DIR", dir.to_str().unwrap())]);
+    let out = run_child(&[("LAZYFUSE_DUMP_DIR", dir.to_str().unwrap())]);
     assert!(
         out.status.success(),
         "{}",
@@ -119,11 +157,11 @@ fn pipeline_off_gives_the_same_results() {
             .map(str::to_string)
             .unwrap_or_else(|| panic!("{s}"))
     };
-    let blocking = sum(run_child(&[("TPU_LAUNCH_BLOCKING", "1")]));
+    let blocking = sum(run_child(&[("LAZYFUSE_LAUNCH_BLOCKING", "1")]));
     let pipelined = sum(run_child(&[]));
     let unfused_blocking = sum(run_child(&[
-        ("TPU_LAUNCH_BLOCKING", "1"),
-        ("TPU_FUSION", "0"),
+        ("LAZYFUSE_LAUNCH_BLOCKING", "1"),
+        ("LAZYFUSE_FUSION", "0"),
     ]));
     assert_eq!(blocking, pipelined);
     assert_eq!(blocking, unfused_blocking);

@@ -1,4 +1,4 @@
-//! The in-memory executable cache is bounded (`TPU_MAX_EXECUTABLES`): a
+//! The in-memory executable cache is bounded (`LAZYFUSE_MAX_EXECUTABLES`): a
 //! long-lived process with many distinct shapes keeps at most that many
 //! executables, drops the least recently used, and recompiles one when it
 //! is needed again, with the same results. Its own test binary, because the

@@ -1,6 +1,6 @@
 //! Output decisions in the open: what a flush left out (and where its plan
 //! computed it, and why) and what it computed late, in the report's
-//! `output:` lines and in the `TPU_DUMP_DIR` flush log.
+//! `output:` lines and in the `LAZYFUSE_DUMP_DIR` flush log.
 
 mod common;
 use common::child::{figure, is_child, run_child, tmpdir};
@@ -120,8 +120,8 @@ fn the_flush_log_and_explain_say_what_was_left_out_where_and_why() {
     let figures = run_child(
         "child_output_notes",
         &[
-            ("TPU_DUMP_DIR", dir.to_str().unwrap()),
-            ("TPU_METRICS", "1"),
+            ("LAZYFUSE_DUMP_DIR", dir.to_str().unwrap()),
+            ("LAZYFUSE_METRICS", "1"),
         ],
     );
     let log = std::fs::read_to_string(dir.join("flush-log.txt")).unwrap();

@@ -42,7 +42,7 @@ fn constant_integer_division_by_zero_does_not_kill_the_process() {
 /// made StableHLO's `SliceOpConcatSimplify` build a concatenate with a
 /// negative operand count, and the C++ exception it threw aborted the
 /// process (a foreign exception cannot unwind through Rust). Fixed in
-/// `src/lower/ops.rs`: a value with no elements lowers to an empty constant
+/// `xla/src/lower/ops.rs`: a value with no elements lowers to an empty constant
 /// and `concat` leaves out empty operands, so no such pattern reaches XLA.
 #[test]
 fn empty_slice_of_concat_with_empty_operands_compiles() {
@@ -81,7 +81,7 @@ fn empty_slice_of_concat_with_empty_operands_compiles() {
 /// Compiler crash: a matmul contracting over an empty axis (`[1, 0] x
 /// [0, 1]`) killed the process with SIGFPE in XLA's CPU dot emitter, which
 /// divides by the contraction length (found by fuzz_ops at the CI seed
-/// once the generator changed). Fixed in `src/lower/ops.rs`: such a matmul
+/// once the generator changed). Fixed in `xla/src/lower/ops.rs`: such a matmul
 /// lowers to zeros, the empty sum.
 #[test]
 fn matmul_over_an_empty_axis_is_zeros() {

@@ -16,7 +16,7 @@ use lazyfuse::{FusionGuard, Tensor};
 /// `xla_allow_excess_precision`, a fused `to_dtype(f32)` of a bf16 `exp`
 /// skipped the bf16 rounding (XLA removed the f32 -> bf16 -> f32 convert
 /// pair), so fused and unfused results differed: 6.4197 vs 6.40625. Fixed by
-/// compiling with the option off (`src/pjrt/options.rs`).
+/// compiling with the option off (`xla/src/pjrt/options.rs`).
 #[test]
 fn fusion_keeps_half_precision_rounding() {
     let program = Program {
@@ -56,7 +56,7 @@ fn fusion_keeps_half_precision_rounding() {
 /// Lowering bug: XLA's integer `power` only uses the low 6 bits of the
 /// exponent, so with wrapping semantics `115^119` (i32) came out as `115^55`
 /// and `2^64` as 1 instead of 0. The lowering now emits square-and-multiply
-/// over every exponent bit (`src/lower/ops.rs`, `int_pow`).
+/// over every exponent bit (`xla/src/lower/ops.rs`, `int_pow`).
 #[test]
 fn int_pow_uses_every_exponent_bit() {
     let program = Program {
@@ -198,7 +198,7 @@ fn matmul_with_overflowing_products_of_both_signs() {
 /// away), so a consumer that recomputes the op sees another value than the
 /// one returned. The oracle now lets consumers of approximated ops (exp,
 /// log, tanh, sigmoid, sin, cos, erf, gelu, pow) see them within the op's
-/// own error (`oracle.rs::recompute_slack`). Since `src/lower/fold.rs`
+/// own error (`oracle.rs::recompute_slack`). Since `xla/src/lower/fold.rs`
 /// evaluates elementwise expressions of constants with the interpreter,
 /// `erf(full(-4))` has the interpreter's bits fused and unfused; the
 /// slack stays for an approximated op of run-time values recomputed.
@@ -475,12 +475,12 @@ fn division_by_an_unobserved_value_near_zero_is_open() {
 /// unfused but a small finite number fused (1.6e-5 in f16; 0, 9.9e-32 in
 /// bf16, 3.7e-6 in f32 in other runs; `sigmoid` in bf16 too), from
 /// `fuzz_campaign` seed 1001, program 53468. `sqrt` of the constant is
-/// folded by `src/lower/fold.rs` into a NaN literal; LLVM then folds
+/// folded by `xla/src/lower/fold.rs` into a NaN literal; LLVM then folds
 /// `NaN + x` to NaN whatever the lifted scalar `x` is, and goes on folding
 /// XLA's `exp` expansion, whose float-to-int conversion of NaN is poison
 /// in LLVM, into an arbitrary value. Fixed in the lowering: `exp` and
 /// `logistic` are guarded by `select(x != x, x, ..)`
-/// (`src/lower/emit.rs::nan_guarded`).
+/// (`xla/src/lower/emit.rs::nan_guarded`).
 #[test]
 fn a_nan_constant_through_arithmetic_into_exp_stays_nan() {
     let program = Program {

@@ -53,7 +53,7 @@ fn neg_and_abs_keep_subnormals() {
 /// exponent was not treated as zero (flush-to-zero, as the interpreter and
 /// every other arithmetic op do): `pow(-0.13, 1e-40)` gave NaN instead of 1,
 /// and a subnormal base gave a tiny power instead of `0^y`. Fixed in
-/// `src/lower/ops.rs` (`flush_subnormals` on pow operands).
+/// `xla/src/lower/ops.rs` (`flush_subnormals` on pow operands).
 #[test]
 fn pow_flushes_subnormal_operands() {
     let program = Program {
@@ -104,7 +104,7 @@ fn pow_flushes_subnormal_operands() {
 /// value while ordered compares read it as zero (flush-to-zero), so
 /// `eq_scalar(-0.0)` of -9e-41 was false although `gt`/`lt` said neither
 /// (found by fuzz_ops, FUZZ_SEED=2). The lowering now flushes bf16 compare
-/// operands (`src/lower/ops.rs`, `compare`).
+/// operands (`xla/src/lower/ops.rs`, `compare`).
 #[test]
 fn bf16_compare_reads_subnormals_as_zero() {
     let sub = 9.183549615799121e-41;
@@ -203,7 +203,7 @@ fn subnormal_through_bf16_to_bool_is_false_fused_too() {
 /// subnormal widened to f32 and converted to bool was `true` fused and
 /// `false` unfused. XLA widens bf16 by shifting its bits, and LLVM folded
 /// the compare with zero into an integer test of them; the hardware reads
-/// the subnormal as zero. Fixed in `src/lower/ops.rs` (`upcast_bf16`, an
+/// the subnormal as zero. Fixed in `xla/src/lower/ops.rs` (`upcast_bf16`, an
 /// explicit flush); `tests/ieee.rs` checks the compares of the same class.
 #[test]
 fn widened_bf16_subnormal_converts_to_false() {
@@ -232,7 +232,7 @@ fn widened_bf16_subnormal_converts_to_false() {
 /// result that run-time code flushes, so `x / x` of `full(1e-40, f64)`
 /// converted to bf16 was `1` fused and NaN unfused; `full(1e-30) *
 /// full(1e-10)` the same in f32 (and f64 at its own scale). Fixed in
-/// `src/lower/fold.rs`: such expressions are evaluated by the interpreter
+/// `xla/src/lower/fold.rs`: such expressions are evaluated by the interpreter
 /// when lowering.
 #[test]
 fn subnormals_folded_from_constants_are_flushed() {

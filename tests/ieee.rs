@@ -1,10 +1,10 @@
 //! Fusion must never change an IEEE answer. Each test is one class of XLA
 //! rewrite that spans ops, and so only fires when ops that ran as separate
 //! regions land in one: it runs the same program fused, unfused
-//! (`TPU_FUSION=0`) and on the reference interpreter, and requires the
+//! (`LAZYFUSE_FUSION=0`) and on the reference interpreter, and requires the
 //! three to agree bit for bit (any NaN matches any NaN: IEEE leaves the
 //! payload open) and to give the IEEE answer. The compile options that keep
-//! these right are documented in `src/pjrt/options.rs`.
+//! these right are documented in `xla/src/pjrt/options.rs`.
 
 mod common;
 use common::{device_of, Backend};
@@ -314,7 +314,7 @@ fn subnormal_constants_are_zeros_for_the_compiler_too() {
     });
 }
 
-/// `a*b + c` in one region may be one fused multiply-add (the README's
+/// `a*b + c` in one region may be one fused multiply-add (docs/semantics.md's
 /// semantics); with `LAZYFUSE_STRICT_FP=1` it never is, and fused equals
 /// unfused bit for bit. The strict half runs in a child process (the
 /// option is read once per process: it is part of every compile).

@@ -1,5 +1,5 @@
-//! Observability: recompile explanations, `TPU_DUMP_DIR`, `TPU_CACHE_DIR`
-//! (the persistent compile cache) and `TPU_LAUNCH_BLOCKING`.
+//! Observability: recompile explanations, `LAZYFUSE_DUMP_DIR`, `LAZYFUSE_CACHE_DIR`
+//! (the persistent compile cache) and `LAZYFUSE_LAUNCH_BLOCKING`.
 //!
 //! Environment toggles are read once per process, so tests that need one set
 //! re-run this test binary as a child process (`common::child`).
@@ -111,7 +111,7 @@ fn child_spmd_workload() {
 #[test]
 fn spmd_programs_are_cached_on_disk_too() {
     let dir = tmpdir("spmd");
-    let env = [("TPU_CACHE_DIR", dir.to_str().unwrap())];
+    let env = [("LAZYFUSE_CACHE_DIR", dir.to_str().unwrap())];
     let cold = run_child("child_spmd_workload", &env);
     let n = figure(&cold, "compiles");
     assert!(n >= 1, "{cold:?}");
@@ -135,7 +135,7 @@ fn cache_entries(dir: &Path) -> Vec<PathBuf> {
 #[test]
 fn warm_persistent_cache_compiles_nothing_and_damaged_entries_are_recompiled() {
     let dir = tmpdir("cache");
-    let env = [("TPU_CACHE_DIR", dir.to_str().unwrap())];
+    let env = [("LAZYFUSE_CACHE_DIR", dir.to_str().unwrap())];
     let cold = run_child("child_workload", &env);
     let n = figure(&cold, "compiles");
     assert!(n >= 3, "{cold:?}");
@@ -176,7 +176,7 @@ fn warm_persistent_cache_compiles_nothing_and_damaged_entries_are_recompiled() {
 #[test]
 fn concurrent_writers_and_the_size_bound_keep_the_cache_valid() {
     let dir = tmpdir("concurrent");
-    let env = [("TPU_CACHE_DIR", dir.to_str().unwrap())];
+    let env = [("LAZYFUSE_CACHE_DIR", dir.to_str().unwrap())];
     // Two processes compiling and publishing the same entries at once.
     let (a, b) = std::thread::scope(|s| {
         let a = s.spawn(|| run_child("child_workload", &env));
@@ -204,8 +204,8 @@ fn concurrent_writers_and_the_size_bound_keep_the_cache_valid() {
     let bounded = run_child(
         "child_workload",
         &[
-            ("TPU_CACHE_DIR", cache.to_str().unwrap()),
-            ("TPU_CACHE_MAX_BYTES", &bound),
+            ("LAZYFUSE_CACHE_DIR", cache.to_str().unwrap()),
+            ("LAZYFUSE_CACHE_MAX_BYTES", &bound),
         ],
     );
     assert_eq!(figure(&bounded, "compiles"), n);
@@ -275,7 +275,7 @@ fn a_changing_shape_recompiles_once_and_says_why() {
     assert_eq!(r.what, "input 0 shape [3, 29] -> [3, 31]");
     let text = r.to_string();
     assert!(text.contains(&format!("(recorded at {origin})")), "{text}");
-    let report = metrics::report();
+    let report = metrics::report_full();
     assert!(report.contains(&format!("recompile: {text}")), "{report}");
     assert!(report.contains("recompiles_shape: "), "{report}");
     assert!(report.contains("compile_time_ns_p50: "), "{report}");
@@ -313,7 +313,10 @@ fn child_dump() {
 #[test]
 fn dumped_modules_compile_again_and_the_flush_log_names_the_lines() {
     let dir = tmpdir("dump");
-    let figures = run_child("child_dump", &[("TPU_DUMP_DIR", dir.to_str().unwrap())]);
+    let figures = run_child(
+        "child_dump",
+        &[("LAZYFUSE_DUMP_DIR", dir.to_str().unwrap())],
+    );
     let log = std::fs::read_to_string(dir.join("flush-log.txt")).unwrap();
     // Every region of the log names its file, which exists, and its ops
     // with the lines of this file that recorded them.
@@ -332,9 +335,10 @@ fn dumped_modules_compile_again_and_the_flush_log_names_the_lines() {
             "{needle} not in\n{log}"
         );
     }
-    let plugin = lazyfuse::plugin::default_plugin_path().unwrap();
+    let plugin = lazyfuse::xla::plugin::default_plugin_path().unwrap();
     let client =
-        lazyfuse::pjrt::Client::new(lazyfuse::pjrt::Plugin::load(&plugin).unwrap()).unwrap();
+        lazyfuse::xla::pjrt::Client::new(lazyfuse::xla::pjrt::Plugin::load(&plugin).unwrap())
+            .unwrap();
     let mut modules = 0;
     for e in std::fs::read_dir(&dir).unwrap() {
         let p = e.unwrap().path();
@@ -354,7 +358,7 @@ fn dumped_modules_compile_again_and_the_flush_log_names_the_lines() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Under `TPU_LAUNCH_BLOCKING=1`: failures name the op that caused them,
+/// Under `LAZYFUSE_LAUNCH_BLOCKING=1`: failures name the op that caused them,
 /// poison its dependents with that error, and leave the runtime usable.
 #[test]
 fn child_launch_blocking() {
@@ -404,7 +408,10 @@ fn child_launch_blocking() {
 
 #[test]
 fn launch_blocking_reports_failures_at_the_op() {
-    run_child("child_launch_blocking", &[("TPU_LAUNCH_BLOCKING", "1")]);
+    run_child(
+        "child_launch_blocking",
+        &[("LAZYFUSE_LAUNCH_BLOCKING", "1")],
+    );
 }
 
 #[test]

@@ -381,7 +381,7 @@ fn gradients_stay_readable_after_a_step() {
 /// the logits alive at `step()`) writes the updated parameters and the
 /// loss it reads, once the predictor has seen the logits and gradients
 /// go unread: not the gradients the parameters keep, not the activations.
-/// Its losses match `TPU_FUSION=0`, and it compiles nothing after warm-up.
+/// Its losses match `LAZYFUSE_FUSION=0`, and it compiles nothing after warm-up.
 fn a_training_step_writes_parameters_and_loss_only() {
     let _l = metrics_lock();
     let run = |fuse: bool| -> (Vec<f32>, Vec<u64>, Vec<u64>) {

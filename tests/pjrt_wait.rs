@@ -5,11 +5,11 @@
 //! outlast it, and through the lazy runtime in a child process with
 //! polling off and with a long window.
 
-#[path = "pjrt_common/mod.rs"]
+#[path = "../xla/tests/common/mod.rs"]
 mod common;
 
 use common::*;
-use lazyfuse::pjrt::Buffer;
+use lazyfuse::xla::pjrt::Buffer;
 use std::process::Command;
 use std::time::Duration;
 

@@ -96,7 +96,7 @@ fn a_long_sum_over_separate_axes_is_right() {
 }
 
 /// Float sums and means over leading axes (lowered as a product with a
-/// vector of ones, see `src/lower/contract.rs`) equal the interpreter's:
+/// vector of ones, see `xla/src/lower/contract.rs`) equal the interpreter's:
 /// exactly for integer-valued data, and with IEEE specials in their columns
 /// (an infinity, both infinities, a NaN, only negative zeros); fused and
 /// unfused give the same bits, in f32, bf16 and f64.

@@ -2,7 +2,7 @@
 //! and on two threads: which live tensors a flush writes, which inputs it
 //! donates and which scalars it lifts (all part of a region's key) follow
 //! from what the program did, never from timing or the thread. Read from
-//! the `TPU_DUMP_DIR` flush log of child processes, which lists every
+//! the `LAZYFUSE_DUMP_DIR` flush log of child processes, which lists every
 //! flush's regions and keys in order.
 
 mod common;
@@ -84,7 +84,7 @@ fn child_region_keys() {
         return;
     }
     let _f = FusionGuard::new(true);
-    let dir = std::env::var("TPU_DUMP_DIR").unwrap();
+    let dir = std::env::var("LAZYFUSE_DUMP_DIR").unwrap();
     let on_new_thread = || {
         let b = common::current();
         std::thread::spawn(move || common::with_backend(b, program))
@@ -107,7 +107,7 @@ fn the_same_program_gives_the_same_region_keys_in_two_runs_and_on_two_threads() 
             let dir = tmpdir(&format!("keys{i}"));
             let figures = run_child(
                 "child_region_keys",
-                &[("TPU_DUMP_DIR", dir.to_str().unwrap())],
+                &[("LAZYFUSE_DUMP_DIR", dir.to_str().unwrap())],
             );
             let log = std::fs::read_to_string(dir.join("flush-log.txt")).unwrap();
             assert!(log.contains("left out"), "nothing was left out:\n{log}");

@@ -188,7 +188,7 @@ fn dropout_on_a_sharded_tensor_drops_the_same_elements() {
 /// to f16 before XLA summed them, so two overflowing partial products of
 /// opposite signs gave inf + -inf = NaN where one device accumulates in
 /// f32 and gets a finite sum. SPMD programs now compute half matmuls in
-/// f32 (`src/lower/contract.rs`).
+/// f32 (`xla/src/lower/contract.rs`).
 #[test]
 fn a_split_half_precision_contraction_sums_unrounded_partials() {
     let d = dev8();

@@ -168,7 +168,7 @@ fn greedy_tokens_match_transformers_and_decoding_compiles_once() {
         assert_eq!(got, want, "{name}: greedy tokens differ from transformers'");
     }
     // A long decode: after the first few tokens nothing compiles. Fused,
-    // whatever TPU_FUSION says: unfused runs never donate.
+    // whatever LAZYFUSE_FUSION says: unfused runs never donate.
     let _fused = lazyfuse::FusionGuard::new(true);
     let model = Llama::load(dir("llama_gqa"), &dev).unwrap();
     let mut cache = model.new_cache(1, 140).unwrap();

@@ -129,6 +129,7 @@ impl Backend for InterpBackend {
                 h.bytes.len(),
                 out.len()
             ))),
+            #[cfg(feature = "xla")]
             RawBuffer::Pjrt(_) => Err(foreign("buffer")),
         }
     }
@@ -161,7 +162,9 @@ impl Backend for InterpBackend {
         _ordinal: usize,
         outputs: &[(Shape, DType)],
     ) -> Result<(Vec<RawBuffer>, Completion)> {
-        let RawExecutable::Interp(p) = exe else {
+        #[allow(irrefutable_let_patterns)] // without the `xla` feature
+        let RawExecutable::Interp(p) = exe
+        else {
             return Err(foreign("executable"));
         };
         if args.len() != p.params.len() {
@@ -175,6 +178,7 @@ impl Backend for InterpBackend {
         for (&id, a) in p.params.iter().zip(args) {
             match a {
                 RawBuffer::Host(h) => inputs.insert(id, h.clone()),
+                #[cfg(feature = "xla")]
                 RawBuffer::Pjrt(_) => return Err(foreign("argument")),
             };
         }
@@ -194,6 +198,7 @@ impl Backend for InterpBackend {
     fn wait(&self, done: Completion, _poll: std::time::Duration) -> Result<()> {
         match done {
             Completion::Done => Ok(()),
+            #[cfg(feature = "xla")]
             Completion::Pjrt(_) | Completion::PjrtAll(_) => Err(foreign("completion")),
         }
     }

@@ -16,12 +16,14 @@
 //! answers with an internal error instead of undefined behaviour.
 
 mod interp;
+#[cfg(feature = "xla")]
 mod pjrt;
 
 pub(crate) use interp::InterpBackend;
+#[cfg(feature = "xla")]
 pub(crate) use pjrt::{ClientSetup, PjrtBackend};
 
-use crate::spmd::SpmdLayout;
+use crate::spmd::{Sharding, SpmdLayout};
 use crate::Result;
 use lazyfuse_fusion::{Region, RegionKey};
 use lazyfuse_ir::{DType, Graph, HostTensor, Shape};
@@ -29,7 +31,8 @@ use lazyfuse_ir::{DType, Graph, HostTensor, Shape};
 /// A device-resident array in its backend's representation.
 pub(crate) enum RawBuffer {
     /// A PJRT buffer.
-    Pjrt(crate::pjrt::Buffer),
+    #[cfg(feature = "xla")]
+    Pjrt(lazyfuse_xla::pjrt::Buffer),
     /// A host array owned by the interpreter device.
     Host(HostTensor),
 }
@@ -37,7 +40,8 @@ pub(crate) enum RawBuffer {
 /// A compiled region in its backend's representation.
 pub(crate) enum RawExecutable {
     /// A loaded PJRT executable.
-    Pjrt(crate::pjrt::LoadedExecutable),
+    #[cfg(feature = "xla")]
+    Pjrt(lazyfuse_xla::pjrt::LoadedExecutable),
     /// A region extracted into a standalone graph for the interpreter.
     Interp(interp::Program),
 }
@@ -45,9 +49,11 @@ pub(crate) enum RawExecutable {
 /// An execution that may still be running.
 pub(crate) enum Completion {
     /// A PJRT execution's completion event.
-    Pjrt(crate::pjrt::Completion),
+    #[cfg(feature = "xla")]
+    Pjrt(lazyfuse_xla::pjrt::Completion),
     /// The completions of one SPMD execution, one per device.
-    PjrtAll(Vec<crate::pjrt::Completion>),
+    #[cfg(feature = "xla")]
+    PjrtAll(Vec<lazyfuse_xla::pjrt::Completion>),
     /// Finished when launched (the interpreter runs synchronously).
     Done,
 }
@@ -103,14 +109,16 @@ pub(crate) trait Backend: Send + Sync {
     ) -> Result<RawExecutable> {
         Err(no_spmd(&self.platform_name()))
     }
-    /// Compiles the StableHLO module `text` (with its Shardy mesh and
-    /// shardings) as one SPMD program over `devices`: programs lazyfuse
-    /// writes itself, such as a reshard.
-    fn compile_spmd_text(
+    /// Compiles the SPMD program that moves an array of `shape` and
+    /// `dtype` from sharding `from` to `to` (one mesh): an identity whose
+    /// parameter and result shardings differ.
+    fn compile_reshard(
         &self,
         _key: RegionKey,
-        _text: &str,
-        _devices: &[usize],
+        _shape: &Shape,
+        _dtype: DType,
+        _from: &Sharding,
+        _to: &Sharding,
     ) -> Result<RawExecutable> {
         Err(no_spmd(&self.platform_name()))
     }

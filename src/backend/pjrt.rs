@@ -1,14 +1,19 @@
-//! The PJRT backend: XLA through a plugin's C API. Compiling a region means
-//! lowering it to StableHLO, trying the persistent cache (`TPU_CACHE_DIR`),
-//! then asking the plugin's compiler; executing means enqueueing on the
-//! plugin's device stream and returning its completion event.
+//! The PJRT backend: XLA through a plugin's C API, the `lazyfuse-xla`
+//! crate driven through the [`Backend`] seam (cargo feature `xla`).
+//! Compiling a region means lowering it to StableHLO, trying the persistent
+//! cache (`LAZYFUSE_CACHE_DIR`), then asking the plugin's compiler;
+//! executing means enqueueing on the plugin's device stream and returning
+//! its completion event. SPMD layouts are handed to the lowering as Shardy
+//! specs (mesh axes, one axis name or none per dimension).
 
 use super::{foreign, Backend, Completion, RawBuffer, RawExecutable};
 use crate::metrics::{self, COUNTERS as C};
-use crate::spmd::SpmdLayout;
-use crate::{pjrt, Result};
+use crate::spmd::{constraint_axes, Mesh, Sharding, SpmdLayout};
+use crate::Result;
 use lazyfuse_fusion::{Region, RegionKey};
 use lazyfuse_ir::{DType, Graph, HostTensor, Shape};
+use lazyfuse_xla::lower::{self, ShardSpec, SpmdLowering};
+use lazyfuse_xla::{pjrt, plugin};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -22,7 +27,7 @@ pub(crate) struct ClientSetup {
     pub compile: Vec<pjrt::CompileOverride>,
     /// The process's place in a multi-process run, whose store the plugin
     /// is given (`None`: one process).
-    pub distributed: Option<crate::plugin::Distributed>,
+    pub distributed: Option<plugin::Distributed>,
 }
 
 /// Stack of the thread an XLA compile runs on. XLA's fusion emitter
@@ -35,7 +40,7 @@ const COMPILE_STACK: usize = 256 << 20;
 
 /// `client.compile(text)` on a thread of its own with [`COMPILE_STACK`]:
 /// compiles run on executor threads, or on the caller's with
-/// `TPU_LAUNCH_BLOCKING=1`, whose stacks lazyfuse does not choose.
+/// `LAZYFUSE_LAUNCH_BLOCKING=1`, whose stacks lazyfuse does not choose.
 fn compile_on_big_stack(client: &pjrt::Client, text: &str) -> Result<pjrt::LoadedExecutable> {
     on_big_stack(|| client.compile(text))
 }
@@ -69,7 +74,7 @@ impl PjrtBackend {
         quiet_xla_info_logs();
         let plugin = pjrt::Plugin::load(path).map_err(|e| {
             crate::Error::Plugin(format!(
-                "cannot load {}: {e}. Set TPU_PJRT_PLUGIN=/path/to/a/pjrt_plugin.so, or unset it to use the provisioned CPU plugin",
+                "cannot load {}: {e}. Set LAZYFUSE_PJRT_PLUGIN=/path/to/a/pjrt_plugin.so, or unset it to use the provisioned CPU plugin",
                 path.display()
             ))
         })?;
@@ -96,8 +101,8 @@ impl PjrtBackend {
 fn quiet_xla_info_logs() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        if std::env::var_os(crate::config::XLA_LOG_LEVEL).is_none() {
-            std::env::set_var(crate::config::XLA_LOG_LEVEL, "1");
+        if std::env::var_os(lazyfuse_xla::env::XLA_LOG_LEVEL).is_none() {
+            std::env::set_var(lazyfuse_xla::env::XLA_LOG_LEVEL, "1");
         }
     });
 }
@@ -172,7 +177,7 @@ impl Backend for PjrtBackend {
 
     fn download(&self, buf: &RawBuffer, out: &mut [u8]) -> Result<bool> {
         match buf {
-            RawBuffer::Pjrt(b) => Ok(b.to_host(out)? == crate::pjrt::HostCopy::InPlace),
+            RawBuffer::Pjrt(b) => Ok(b.to_host(out)? == pjrt::HostCopy::InPlace),
             RawBuffer::Host(_) => Err(foreign("buffer")),
         }
     }
@@ -184,7 +189,12 @@ impl Backend for PjrtBackend {
         region: &Region,
         on_compile: &mut dyn FnMut(),
     ) -> Result<RawExecutable> {
-        let text = crate::lower::lower_region(graph, region);
+        let sabotage = crate::testing::compile_fault_op();
+        let options = lower::Options {
+            spmd: None,
+            sabotage: sabotage.as_deref(),
+        };
+        let text = lower::lower_region_with(graph, region, &options);
         let exe = self.load_or_compile(key, &text, on_compile, &[], || {
             compile_on_big_stack(&self.client, &text)
         })?;
@@ -238,17 +248,34 @@ impl Backend for PjrtBackend {
         layout: &SpmdLayout,
         on_compile: &mut dyn FnMut(),
     ) -> Result<RawExecutable> {
-        let text = crate::lower::lower_region_spmd(graph, region, layout);
+        let spmd = spmd_lowering(graph, region, layout);
+        let sabotage = crate::testing::compile_fault_op();
+        let options = lower::Options {
+            spmd: Some(&spmd),
+            sabotage: sabotage.as_deref(),
+        };
+        let text = lower::lower_region_with(graph, region, &options);
         self.spmd_text(key, &text, layout.mesh.devices(), on_compile)
     }
 
-    fn compile_spmd_text(
+    fn compile_reshard(
         &self,
         key: RegionKey,
-        text: &str,
-        devices: &[usize],
+        shape: &Shape,
+        dtype: DType,
+        from: &Sharding,
+        to: &Sharding,
     ) -> Result<RawExecutable> {
-        self.spmd_text(key, text, devices, &mut || {})
+        let mesh = to.mesh();
+        let text = lower::reshard_module(
+            shape,
+            dtype,
+            mesh.size(),
+            &mesh_axes(mesh),
+            &spec(from),
+            &spec(to),
+        );
+        self.spmd_text(key, &text, mesh.devices(), &mut || {})
     }
 
     fn execute_spmd(
@@ -282,5 +309,47 @@ impl Backend for PjrtBackend {
             .map(|l| l.into_iter().map(RawBuffer::Pjrt).collect())
             .collect();
         Ok((outs, Completion::PjrtAll(done)))
+    }
+}
+
+/// `sharding` as the lowering spells it: one mesh axis name (or none) per
+/// dimension.
+fn spec(sharding: &Sharding) -> ShardSpec {
+    sharding
+        .spec()
+        .into_iter()
+        .map(|a| a.map(str::to_string))
+        .collect()
+}
+
+/// The axes of `mesh` with their sizes, in order.
+fn mesh_axes(mesh: &Mesh) -> Vec<(String, usize)> {
+    mesh.axes().map(|(a, s)| (a.to_string(), s)).collect()
+}
+
+/// `layout` for the lowering: the mesh, the shardings of parameters and
+/// results, and the split each sharding constraint of `region` keeps
+/// (propagation decides it; the lowering only spells it).
+fn spmd_lowering(graph: &Graph, region: &Region, layout: &SpmdLayout) -> SpmdLowering {
+    let mesh = &layout.mesh;
+    let constraints = region
+        .nodes
+        .iter()
+        .filter_map(|&id| {
+            let node = graph.node(id);
+            let lazyfuse_ir::Op::ShardingConstraint(split) = &node.op else {
+                return None;
+            };
+            let axes = constraint_axes(split, &node.shape, mesh);
+            Some((id, spec(&Sharding::from_axes(mesh, axes))))
+        })
+        .collect();
+    SpmdLowering {
+        partitions: mesh.size(),
+        mesh_axes: mesh_axes(mesh),
+        params: layout.params.iter().map(spec).collect(),
+        outputs: layout.outputs.iter().map(spec).collect(),
+        aliases: layout.aliases.clone(),
+        constraints,
     }
 }

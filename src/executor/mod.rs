@@ -12,7 +12,7 @@
 //!
 //! The lazy layer implements [`Slot`] for its tensor state.
 //!
-//! With `TPU_LAUNCH_BLOCKING=1` a job runs on the flushing thread instead,
+//! With `LAZYFUSE_LAUNCH_BLOCKING=1` a job runs on the flushing thread instead,
 //! so errors surface at the op that caused them.
 
 use crate::metrics::{self, FlushReason, COUNTERS as C};

@@ -1,5 +1,5 @@
 //! What a flush left out and what it computed late, placed in the regions
-//! of its plan: the flush log's per-region lines (`TPU_DUMP_DIR`) and the
+//! of its plan: the flush log's per-region lines (`LAZYFUSE_DUMP_DIR`) and the
 //! report's `output:` lines (`explain`). Only the plan says whether a
 //! left-out tensor was computed anyway (inside a region that writes
 //! something it feeds) or not at all, so this runs where the plan is made.

@@ -3,10 +3,14 @@
 //!
 //! Timings go into fixed log2-bucket histograms (one per phase), reported as
 //! count, total and p50/p90/p99 estimates. Recording is the one hot phase: it
-//! is timed only when `TPU_METRICS` is set or [`set_timing`] switched it on.
+//! is timed only when `LAZYFUSE_METRICS` is set or [`set_timing`] switched it on.
 
-use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+mod report;
+
+pub(crate) use report::install_exit_report;
+pub use report::{report, report_full};
 
 /// Why a pending graph was flushed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -110,7 +114,7 @@ counters!(
     compiles,
     /// Compile-cache hits.
     cache_hits,
-    /// Executables dropped from memory to stay within `TPU_MAX_EXECUTABLES`.
+    /// Executables dropped from memory to stay within `LAZYFUSE_MAX_EXECUTABLES`.
     executables_evicted,
     /// Time spent compiling, in nanoseconds.
     compile_ns,
@@ -137,7 +141,7 @@ counters!(
     region_failures,
     /// Input buffers donated to XLA (reused for an output in place).
     buffers_donated,
-    /// Executables loaded from the persistent cache (`TPU_CACHE_DIR`) instead of compiled.
+    /// Executables loaded from the persistent cache (`LAZYFUSE_CACHE_DIR`) instead of compiled.
     disk_cache_hits,
     /// Persistent-cache lookups that found no entry.
     disk_cache_misses,
@@ -145,7 +149,7 @@ counters!(
     disk_cache_stores,
     /// Entries found damaged or foreign (truncated, garbled, other version), removed and recompiled.
     disk_cache_rejected,
-    /// Entries evicted to keep the cache directory within `TPU_CACHE_MAX_BYTES`.
+    /// Entries evicted to keep the cache directory within `LAZYFUSE_CACHE_MAX_BYTES`.
     disk_cache_evictions,
     /// Time spent loading executables from the persistent cache, in nanoseconds.
     disk_cache_load_ns,
@@ -249,7 +253,7 @@ impl Snapshot {
 /// A phase whose durations (or sizes) are kept as a histogram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Phase {
-    /// Recording one op (only timed with `TPU_METRICS` or [`set_timing`]).
+    /// Recording one op (only timed with `LAZYFUSE_METRICS` or [`set_timing`]).
     Record,
     /// Planning one flush.
     Plan,
@@ -257,7 +261,7 @@ pub enum Phase {
     Compile,
     /// Loading one executable from the persistent cache.
     DiskCacheLoad,
-    /// Enqueueing one region (including the wait with `TPU_LAUNCH_BLOCKING=1`).
+    /// Enqueueing one region (including the wait with `LAZYFUSE_LAUNCH_BLOCKING=1`).
     Launch,
     /// Awaiting one launched region.
     Await,
@@ -389,7 +393,7 @@ pub fn distribution(phase: Phase) -> Distribution {
 
 static TIMING: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
-/// Switches per-op recording timing on or off (default: on iff `TPU_METRICS` is set).
+/// Switches per-op recording timing on or off (default: on iff `LAZYFUSE_METRICS` is set).
 pub fn set_timing(on: bool) {
     TIMING.store(if on { 2 } else { 1 }, Relaxed);
 }
@@ -432,47 +436,8 @@ pub(crate) fn flush(r: FlushReason) {
     COUNTERS.flushes[r as usize].fetch_add(1, Relaxed);
 }
 
-/// The metrics report: one `name: value` line per figure: every counter,
-/// the cache hit rate, count/total/p50/p90/p99 of each [`Phase`], and the
-/// most recent recompile explanations (`recompile: ...`).
-pub fn report() -> String {
-    let mut s = String::new();
-    let snap = snapshot();
-    for (k, v) in snap.lines() {
-        let _ = writeln!(s, "{k}: {v}");
-    }
-    let _ = writeln!(s, "cache_hit_rate: {:.4}", snap.cache_hit_rate());
-    for p in Phase::ALL {
-        let d = distribution(p);
-        let n = p.name();
-        let _ = writeln!(s, "{n}_count: {}", d.count);
-        let _ = writeln!(s, "{n}_total: {}", d.sum);
-        let _ = writeln!(s, "{n}_p50: {}", d.p50);
-        let _ = writeln!(s, "{n}_p90: {}", d.p90);
-        let _ = writeln!(s, "{n}_p99: {}", d.p99);
-    }
-    for r in RECENT_RECOMPILES.lock().iter() {
-        let _ = writeln!(s, "recompile: {r}");
-    }
-    for r in RECENT_OUTPUTS.lock().iter() {
-        let _ = writeln!(s, "output: {r}");
-    }
-    s
-}
-
-fn print_report() {
-    eprint!("lazyfuse metrics\n{}", report());
-}
-
-/// Registers the `TPU_METRICS=1` exit report once per process.
-pub(crate) fn install_exit_report() {
-    if crate::config::metrics_at_exit() {
-        crate::exit::on_exit(crate::exit::Stage::Report, print_report);
-    }
-}
-
 /// Whether flushes describe what they left out and recomputed (for the
-/// report): on with recording timing (`TPU_METRICS`, [`set_timing`]).
+/// report): on with recording timing (`LAZYFUSE_METRICS`, [`set_timing`]).
 pub(crate) fn explaining() -> bool {
     timing_enabled()
 }

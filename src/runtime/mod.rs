@@ -8,9 +8,9 @@
 //! missing the same key wait for one compile), and the cache of uploaded
 //! lifted scalars.
 
-use crate::backend::{
-    Backend, ClientSetup, Completion, InterpBackend, PjrtBackend, RawBuffer, RawExecutable,
-};
+use crate::backend::{Backend, Completion, InterpBackend, RawBuffer, RawExecutable};
+#[cfg(feature = "xla")]
+use crate::backend::{ClientSetup, PjrtBackend};
 use crate::metrics::{self, COUNTERS as C};
 use crate::spmd::{Mesh, Sharding};
 use crate::{Error, Result};
@@ -218,6 +218,7 @@ impl Runtime {
     /// Loads the PJRT plugin at `path` and creates its client as `setup`
     /// says (empty for the CPU plugin; the CUDA plugin's create options and
     /// compile-option additions).
+    #[cfg(feature = "xla")]
     pub(crate) fn load(path: &Path, setup: &ClientSetup) -> Result<Arc<Runtime>> {
         let backend = PjrtBackend::load(path, setup)?;
         tune_malloc();
@@ -363,7 +364,7 @@ impl Runtime {
 
     /// Enqueues `exe` on device `ordinal` and wraps its outputs; the
     /// returned completion must be awaited while `args` are kept alive.
-    /// With `TPU_LAUNCH_BLOCKING=1` it waits here, so a failure surfaces at
+    /// With `LAZYFUSE_LAUNCH_BLOCKING=1` it waits here, so a failure surfaces at
     /// the region that caused it.
     pub(crate) fn launch(
         &self,
@@ -407,7 +408,7 @@ impl Runtime {
         Ok((bufs, done))
     }
 
-    /// Accounts for a launch begun at `t0`; with `TPU_LAUNCH_BLOCKING=1`
+    /// Accounts for a launch begun at `t0`; with `LAZYFUSE_LAUNCH_BLOCKING=1`
     /// waits for it here (`None`), else hands its completion back.
     fn launched(&self, done: Completion, t0: Instant) -> Result<Option<Completion>> {
         let done = if crate::config::launch_blocking() {
@@ -437,6 +438,7 @@ impl Runtime {
 /// Device buffers of a few MiB are otherwise mmapped and unmapped on every
 /// step, and the page faults of re-touching fresh pages cost as much as the
 /// computation (layernorm_gelu: 3.2 ms -> 1.5 ms per iteration on the CPU plugin).
+#[cfg(feature = "xla")]
 fn tune_malloc() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {

@@ -227,9 +227,10 @@ impl Runtime {
         let lo = h.finish();
         0x7265_7368u64.hash(&mut h);
         let key = lazyfuse_fusion::RegionKey((u128::from(h.finish()) << 64) | u128::from(lo));
-        let text = crate::lower::reshard_module(&buf.shape, buf.dtype, from, to);
-        let devices = to.mesh().devices();
-        let exe = self.cached(key, || self.backend.compile_spmd_text(key, &text, devices))?;
+        let exe = self.cached(key, || {
+            self.backend
+                .compile_reshard(key, &buf.shape, buf.dtype, from, to)
+        })?;
         let lists: Vec<Vec<&RawBuffer>> = shards.iter().map(|s| vec![s]).collect();
         let t0 = Instant::now();
         let (per_device, done) = self.backend.execute_spmd(&exe, &lists, &[])?;

@@ -256,16 +256,6 @@ impl Sharding {
             .collect()
     }
 
-    /// The Shardy attribute spelling, `#sdy.sharding<@mesh, [{"dp"}, {}]>`.
-    pub(crate) fn sdy(&self) -> String {
-        let dims: Vec<String> = self
-            .spec()
-            .iter()
-            .map(|a| a.map_or("{}".to_string(), |a| format!("{{\"{a}\"}}")))
-            .collect();
-        format!("#sdy.sharding<@mesh, [{}]>", dims.join(", "))
-    }
-
     /// A stable 64-bit description for compile keys.
     pub(crate) fn key(&self) -> u64 {
         use std::hash::{Hash, Hasher};
@@ -281,10 +271,4 @@ impl fmt::Debug for Sharding {
         let spec: Vec<&str> = self.spec().iter().map(|a| a.unwrap_or("-")).collect();
         write!(f, "Sharding({} over {})", spec.join(", "), self.mesh)
     }
-}
-
-/// The Shardy mesh declaration of `mesh`, `sdy.mesh @mesh = <["dp"=4]>`.
-pub(crate) fn sdy_mesh(mesh: &Mesh) -> String {
-    let axes: Vec<String> = mesh.axes().map(|(a, s)| format!("\"{a}\"={s}")).collect();
-    format!("sdy.mesh @mesh = <[{}]>", axes.join(", "))
 }

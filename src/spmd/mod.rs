@@ -12,9 +12,10 @@
 mod mesh;
 mod propagate;
 
-pub(crate) use mesh::sdy_mesh;
 pub use mesh::{Mesh, Sharding};
-pub(crate) use propagate::{constraint_axes, output_shardings};
+#[cfg(feature = "xla")]
+pub(crate) use propagate::constraint_axes;
+pub(crate) use propagate::output_shardings;
 
 use lazyfuse_fusion::Region;
 use lazyfuse_ir::Graph;

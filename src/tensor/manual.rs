@@ -16,7 +16,7 @@
 //! `all_reduce` over `dp` is a sum over the `dp` dimension broadcast back),
 //! and XLA's partitioner turns the reduction of a split dimension into the
 //! collective itself. Everything else comes for free: the interpreter
-//! defines the result, fusion and `TPU_FUSION=0` agree, autograd
+//! defines the result, fusion and `LAZYFUSE_FUSION=0` agree, autograd
 //! differentiates through collectives (the gradient of an `all_reduce`
 //! is an `all_reduce`), and the program is recorded lazily like any other.
 

@@ -373,7 +373,7 @@ pub fn flush() {
 /// Computes `tensors` on their devices and waits for them (a sync point for
 /// exactly these): one flush per graph that holds some of them. Other live
 /// pending tensors are computed only if the program is predicted to use
-/// them (see the README's "What a flush computes"); an optimizer step uses
+/// them (see docs/execution.md); an optimizer step uses
 /// this for its parameters and state, so gradients are not written out just
 /// because parameters hold them.
 pub fn realize_all(tensors: &[&Tensor]) -> Result<()> {

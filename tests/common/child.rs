@@ -22,14 +22,15 @@ pub fn run_child(name: &str, env: &[(&str, &str)]) -> HashMap<String, String> {
     cmd.args([name, "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD, name);
     for v in [
-        "TPU_CACHE_DIR",
-        "TPU_CACHE_MAX_BYTES",
-        "TPU_DUMP_DIR",
-        "TPU_LAUNCH_BLOCKING",
-        "TPU_METRICS",
-        "TPU_FUSION",
+        "CACHE_DIR",
+        "CACHE_MAX_BYTES",
+        "DUMP_DIR",
+        "LAUNCH_BLOCKING",
+        "METRICS",
+        "FUSION",
     ] {
-        cmd.env_remove(v);
+        cmd.env_remove(format!("LAZYFUSE_{v}"));
+        cmd.env_remove(format!("TPU_{v}"));
     }
     for (k, v) in env {
         cmd.env(k, v);

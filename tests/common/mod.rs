@@ -24,18 +24,22 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 /// A backend the integration tests run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
-    /// XLA's CPU plugin (provisioned, or `TPU_PJRT_PLUGIN`).
+    /// XLA's CPU plugin (provisioned, or `LAZYFUSE_PJRT_PLUGIN`).
     Xla,
     /// `Device::interpreter()`.
     Interp,
 }
 
-/// The backends `LAZYFUSE_TEST_BACKENDS` selects (default: both, XLA first).
+/// The backends `LAZYFUSE_TEST_BACKENDS` selects (default: both, XLA
+/// first; the interpreter alone when lazyfuse is built without `xla`).
 pub fn backends() -> &'static [Backend] {
     static B: OnceLock<Vec<Backend>> = OnceLock::new();
     B.get_or_init(|| {
         let Ok(v) = std::env::var("LAZYFUSE_TEST_BACKENDS") else {
-            return vec![Backend::Xla, Backend::Interp];
+            if cfg!(feature = "xla") {
+                return vec![Backend::Xla, Backend::Interp];
+            }
+            return vec![Backend::Interp];
         };
         let picked: Vec<Backend> = v
             .split(',')
@@ -66,7 +70,8 @@ pub fn current() -> Backend {
 }
 
 /// The XLA device under test: the CPU plugin (provisioned, or
-/// `TPU_PJRT_PLUGIN`), or GPU 0 with `LAZYFUSE_TEST_DEVICE=cuda`.
+/// `LAZYFUSE_PJRT_PLUGIN`), or GPU 0 with `LAZYFUSE_TEST_DEVICE=cuda`.
+#[cfg(feature = "xla")]
 pub fn xla_dev() -> Device {
     static D: OnceLock<Device> = OnceLock::new();
     D.get_or_init(|| {
@@ -84,6 +89,12 @@ pub fn xla_dev() -> Device {
         }
     })
     .clone()
+}
+
+/// Without the `xla` feature there is no XLA device to test.
+#[cfg(not(feature = "xla"))]
+pub fn xla_dev() -> Device {
+    panic!("lazyfuse was built without its `xla` feature: select LAZYFUSE_TEST_BACKENDS=interp")
 }
 
 /// The device under test: see [`current`].

@@ -1,11 +1,11 @@
 //! What XLA's CPU backend copies in a training-style update, under the
-//! compile options lazyfuse sends (`src/pjrt/options.rs`).
+//! compile options lazyfuse sends (`xla/src/pjrt/options.rs`).
 
-#[path = "pjrt_common/mod.rs"]
+#[path = "common/mod.rs"]
 mod common;
 
 use common::*;
-use lazyfuse::pjrt::{Client, CompileOverride};
+use lazyfuse_xla::pjrt::{Client, CompileOverride};
 
 /// One SGD step of a linear layer with its weight donated: `w` is read by
 /// the forward product and by the backward product for the input's

@@ -1,7 +1,7 @@
 //! Repeated upload/execute/download/drop cycles must not grow the process.
 //! Its own test binary (one process) so other tests do not disturb RSS.
 
-#[path = "pjrt_common/mod.rs"]
+#[path = "common/mod.rs"]
 mod common;
 
 use std::time::Instant;

@@ -4,15 +4,15 @@
 //! One test function (environment variables are process-global), in its own
 //! test binary, so it also gets its own copy of the plugin library.
 
-#[path = "pjrt_common/mod.rs"]
+#[path = "common/mod.rs"]
 mod common;
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use common::*;
-use lazyfuse::pjrt::{Client, Plugin};
-use lazyfuse::plugin::default_plugin_path;
+use lazyfuse_xla::pjrt::{Client, Plugin};
+use lazyfuse_xla::plugin::default_plugin_path;
 
 fn set(k: &str, v: impl AsRef<std::ffi::OsStr>) {
     std::env::set_var(k, v);

@@ -1,21 +1,21 @@
 //! The PJRT binding against the real XLA CPU plugin.
 
-#[path = "pjrt_common/mod.rs"]
+#[path = "common/mod.rs"]
 mod common;
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use common::*;
-use lazyfuse::pjrt::{compile_options_bytes, Buffer, Client, ErrorCode, Plugin};
 use lazyfuse_ir::DType;
+use lazyfuse_xla::pjrt::{compile_options_bytes, Buffer, Client, ErrorCode, Plugin};
 
 #[test]
 fn compile_options_bytes_are_pinned() {
     // executable_build_options { num_replicas: 1 num_partitions: 1 },
     // compile_portable_executable: true, then the env_option_overrides
     // entries (their exact bytes are pinned by the unit test in
-    // `src/pjrt/options.rs`).
+    // `xla/src/pjrt/options.rs`).
     let bytes = compile_options_bytes();
     assert!(bytes.starts_with(&[0x1a, 0x04, 0x20, 0x01, 0x28, 0x01, 0x20, 0x01]));
     let has = |s: &[u8]| bytes.windows(s.len()).any(|w| w == s);
@@ -68,7 +68,7 @@ fn client_basics() {
     assert_eq!(c.platform_name().unwrap(), "cpu");
 }
 
-fn run_add(c: &Client, exe: &lazyfuse::pjrt::LoadedExecutable, device: usize) {
+fn run_add(c: &Client, exe: &lazyfuse_xla::pjrt::LoadedExecutable, device: usize) {
     let a = c
         .buffer_from_host(
             &f32_bytes(&[1., 2., 3., 4., 5., 6.]),
@@ -506,7 +506,7 @@ fn concurrent_executions() {
     });
 }
 
-fn run_add_quiet(c: &Client, exe: &lazyfuse::pjrt::LoadedExecutable, device: usize) {
+fn run_add_quiet(c: &Client, exe: &lazyfuse_xla::pjrt::LoadedExecutable, device: usize) {
     let a = c
         .buffer_from_host(
             &f32_bytes(&[1., 2., 3., 4., 5., 6.]),
@@ -548,7 +548,7 @@ fn error_display_includes_code() {
 /// the same bytes the plugin's own copy gives.
 #[test]
 fn host_reads_of_cpu_buffers_are_in_place() {
-    use lazyfuse::pjrt::HostCopy;
+    use lazyfuse_xla::pjrt::HostCopy;
     let c = client();
     let cases: Vec<(DType, Vec<usize>, Vec<u8>)> = vec![
         (

@@ -2,13 +2,13 @@
 //! with several logical devices, a Shardy-annotated module compiled as one
 //! program over them, launched with one argument list of shards per device.
 
-#[path = "pjrt_common/mod.rs"]
+#[path = "common/mod.rs"]
 mod common;
 
 use std::sync::OnceLock;
 
 use common::*;
-use lazyfuse::pjrt::{Buffer, Client, CreateOption, NamedValue};
+use lazyfuse_xla::pjrt::{Buffer, Client, CreateOption, NamedValue};
 
 /// A client with 8 logical CPU devices (`cpu_device_count`, typed Int64:
 /// the plugin aborts on any other type).

@@ -69,8 +69,10 @@ pub struct Emitter<'g> {
     /// Lowering one SPMD program: reductions must use bodies XLA's
     /// partitioner can turn into all-reduces.
     pub spmd: bool,
-    /// The SPMD program's mesh (what sharding constraints name).
-    pub mesh: Option<crate::spmd::Mesh>,
+    /// The SPMD program's layout (what sharding constraints name).
+    pub layout: Option<&'g super::SpmdLowering>,
+    /// The op name whose lowering is sabotaged ([`super::Options::sabotage`]).
+    pub sabotage: Option<&'g str>,
 }
 
 impl<'g> Emitter<'g> {
@@ -84,7 +86,8 @@ impl<'g> Emitter<'g> {
             loc: String::new(),
             splats: vec![None; graph.len()],
             spmd: false,
-            mesh: None,
+            layout: None,
+            sabotage: None,
         }
     }
 

@@ -8,16 +8,29 @@
 //! of the IR becomes explicit `broadcast_in_dim`.
 
 mod contract;
+mod elementwise;
 mod emit;
 mod fold;
 mod index;
 mod leading;
 mod ops;
+mod shardy;
 
-use crate::spmd::SpmdLayout;
+pub use shardy::{mesh_decl, reshard_module, sharding, ShardSpec, SpmdLowering};
+
 use emit::Emitter;
 use lazyfuse_fusion::Region;
 use lazyfuse_ir::Graph;
+
+/// What a lowering is asked beyond the region itself.
+#[derive(Debug, Default)]
+pub struct Options<'a> {
+    /// Lower one SPMD program (see [`SpmdLowering`]); `None`: one device.
+    pub spmd: Option<&'a SpmdLowering>,
+    /// Emit an op XLA rejects before every op of this name, so a test can
+    /// make a real compile fail at a chosen op (lazyfuse's fault hooks).
+    pub sabotage: Option<&'a str>,
+}
 
 /// Lowers `region` of `graph` to a StableHLO module with one public `@main`.
 ///
@@ -25,57 +38,42 @@ use lazyfuse_ir::Graph;
 /// index), then one rank-1 argument per scalar pack (`%pack<j>`), each
 /// lifted scalar being a slice of its pack (see [`Region::scalar_packs`]).
 pub fn lower_region(graph: &Graph, region: &Region) -> String {
-    lower(graph, region, None)
+    lower(graph, region, &Options::default())
 }
 
-/// Lowers `region` as one SPMD program over `layout`'s mesh: the module
-/// declares the mesh (`sdy.mesh`), and every parameter and result carries
-/// its `#sdy.sharding` (scalar packs replicated). XLA's Shardy partitioner
-/// inserts the collectives; the parameters of `layout.aliases` are
-/// donated to their outputs.
-pub(crate) fn lower_region_spmd(graph: &Graph, region: &Region, layout: &SpmdLayout) -> String {
-    lower(graph, region, Some(layout))
-}
-
-/// The SPMD program that moves an array of `shape` and `dtype` from
-/// sharding `from` to `to` (same mesh): an identity whose parameter and
-/// result shardings differ, so XLA inserts the all-gather, all-to-all or
-/// slicing between them.
-pub(crate) fn reshard_module(
-    shape: &lazyfuse_ir::Shape,
-    dtype: lazyfuse_ir::DType,
-    from: &crate::spmd::Sharding,
-    to: &crate::spmd::Sharding,
-) -> String {
-    let t = emit::ty(shape, dtype);
-    let mesh = from.mesh();
-    format!(
-        "module @lazyfuse_reshard attributes {{mhlo.num_partitions = {} : i32, \
-         mhlo.num_replicas = 1 : i32}} {{\n  {}\n  func.func public @main(%arg0: {t} \
-         {{sdy.sharding = {}}}) -> ({t} {{sdy.sharding = {}}}) {{\n    \"func.return\"(%arg0) \
-         : ({t}) -> ()\n  }}\n}}\n",
-        mesh.size(),
-        crate::spmd::sdy_mesh(mesh),
-        from.sdy(),
-        to.sdy()
-    )
+/// Lowers `region` as [`lower_region`] does, with `options`: as one SPMD
+/// program, the module declares the mesh (`sdy.mesh`), and every
+/// parameter and result carries its `#sdy.sharding` (scalar packs
+/// replicated); XLA's Shardy partitioner inserts the collectives, and the
+/// parameters of the layout's aliases are donated to their outputs.
+pub fn lower_region_with(graph: &Graph, region: &Region, options: &Options<'_>) -> String {
+    lower(graph, region, options)
 }
 
 /// A sharding constraint: in an SPMD program `sdy.sharding_constraint`
-/// with the split propagation gives it (see
-/// [`crate::spmd::constraint_axes`]), so Shardy keeps the value split so;
-/// on one device, its operand.
+/// with the split the caller's propagation gave it
+/// ([`SpmdLowering::constraints`]), so Shardy keeps the value split so; on
+/// one device, its operand.
 pub(super) fn sharding_constraint(
     e: &mut emit::Emitter<'_>,
+    id: lazyfuse_ir::NodeId,
     node: &lazyfuse_ir::Node,
-    split: &lazyfuse_ir::SplitAxes,
 ) -> String {
     let x = e.value(node.inputs[0]);
-    let Some(mesh) = e.mesh.clone() else {
+    let Some(layout) = e.layout else {
         return x;
     };
-    let axes = crate::spmd::constraint_axes(split, &node.shape, &mesh);
-    let sharding = crate::spmd::Sharding::from_axes(&mesh, axes).sdy();
+    let spec = layout
+        .constraints
+        .iter()
+        .find(|(n, _)| *n == id)
+        .map(|(_, s)| s.as_slice())
+        .unwrap_or(&[]);
+    let sharding = if spec.is_empty() {
+        shardy::sharding(&vec![None; node.shape.rank()])
+    } else {
+        shardy::sharding(spec)
+    };
     let t = emit::ty(&node.shape, node.dtype);
     e.op(
         "sdy.sharding_constraint",
@@ -85,10 +83,12 @@ pub(super) fn sharding_constraint(
     )
 }
 
-fn lower(graph: &Graph, region: &Region, layout: Option<&SpmdLayout>) -> String {
+fn lower(graph: &Graph, region: &Region, options: &Options<'_>) -> String {
+    let layout = options.spmd;
     let mut e = Emitter::new(graph);
     e.spmd = layout.is_some();
-    e.mesh = layout.map(|l| l.mesh.clone());
+    e.layout = layout;
+    e.sabotage = options.sabotage;
     let mut params: Vec<String> = Vec::with_capacity(region.params.len());
     for (i, &p) in region.params.iter().enumerate() {
         if region.is_lifted(i) {
@@ -102,9 +102,9 @@ fn lower(graph: &Graph, region: &Region, layout: Option<&SpmdLayout>) -> String 
             Some(l) => match l.aliases.iter().find(|(k, _)| *k == i) {
                 Some((_, j)) => format!(
                     " {{sdy.sharding = {}, tf.aliasing_output = {j} : i32}}",
-                    l.params[i].sdy()
+                    shardy::sharding(&l.params[i])
                 ),
-                None => format!(" {{sdy.sharding = {}}}", l.params[i].sdy()),
+                None => format!(" {{sdy.sharding = {}}}", shardy::sharding(&l.params[i])),
             },
             None => match region.aliases.iter().find(|(k, _)| *k == i) {
                 Some((_, j)) => format!(" {{tf.aliasing_output = {j} : i32}}"),
@@ -150,7 +150,7 @@ fn lower(graph: &Graph, region: &Region, layout: Option<&SpmdLayout>) -> String 
         Some(l) => results
             .iter()
             .zip(&l.outputs)
-            .map(|(t, sh)| format!("{t} {{sdy.sharding = {}}}", sh.sdy()))
+            .map(|(t, sh)| format!("{t} {{sdy.sharding = {}}}", shardy::sharding(sh)))
             .collect::<Vec<_>>()
             .join(", "),
     };
@@ -160,8 +160,8 @@ fn lower(graph: &Graph, region: &Region, layout: Option<&SpmdLayout>) -> String 
             s.push_str(&format!(
                 "module @lazyfuse_region attributes {{mhlo.num_partitions = {} : i32, \
                  mhlo.num_replicas = 1 : i32}} {{\n  {}\n",
-                l.mesh.size(),
-                crate::spmd::sdy_mesh(&l.mesh)
+                l.partitions,
+                shardy::mesh_decl(&l.mesh_axes)
             ));
         }
     }

@@ -140,9 +140,3 @@ impl Error {
 
 /// Result of every fallible operation of the binding.
 pub type Result<T> = std::result::Result<T, Error>;
-
-impl From<Error> for crate::Error {
-    fn from(e: Error) -> Self {
-        crate::Error::Pjrt(e.to_string())
-    }
-}

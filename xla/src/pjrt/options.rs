@@ -41,7 +41,7 @@
 //!   one loop that computes its operand in place (`layernorm_gelu` ~25 %
 //!   faster). The pass was there for the accuracy of long sums; lowering
 //!   sums more than 65,536 elements in stages of 1,024 itself
-//!   (`src/lower/contract.rs`), so long sums keep their accuracy. Not on
+//!   (`xla/src/lower/contract.rs`), so long sums keep their accuracy. Not on
 //!   GPUs, whose reduction emitters rely on it, and not in SPMD programs:
 //!   there XLA runs the pass after partitioning, on each device's share,
 //!   while lazyfuse's stages would reshape (and pad) a sharded axis before
@@ -60,7 +60,7 @@
 //!   drop a NaN depending on operand order; off, they propagate it.
 //! - With `LAZYFUSE_STRICT_FP=1`, `xla_cpu_max_isa = "AVX"`: fused loops
 //!   may otherwise contract `a*b + c` into one fused multiply-add (one
-//!   rounding instead of two; the README's semantics). AVX has no FMA, so
+//!   rounding instead of two; docs/semantics.md). AVX has no FMA, so
 //!   fused results then equal unfused ones bit for bit, at some speed.
 
 use prost::Message;
@@ -176,7 +176,7 @@ pub(crate) fn compile_options() -> CompileOptionsProto {
         // id 1 which is not addressable"). A portable executable runs on
         // whichever addressable device it is launched on.
         compile_portable_executable: true,
-        env_option_overrides: overrides(crate::config::strict_fp()),
+        env_option_overrides: overrides(crate::env::strict_fp()),
     }
 }
 
@@ -316,7 +316,7 @@ mod tests {
         let mut algsimp = vec![0x0a, passes.len() as u8];
         algsimp.extend_from_slice(passes);
         entry(b"xla_disable_hlo_passes", &algsimp);
-        if crate::config::strict_fp() {
+        if crate::env::strict_fp() {
             let mut avx = vec![0x0a, 3];
             avx.extend_from_slice(b"AVX");
             entry(b"xla_cpu_max_isa", &avx);

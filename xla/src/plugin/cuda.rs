@@ -11,7 +11,7 @@
 //! - it is released with JAX, so it is maintained and is the plugin an
 //!   H200 image with JAX carries (the one the device checks run on);
 //! - its CUDA 13 build needs driver 580 or newer; a CUDA 12 plugin
-//!   (`jax-cuda12-pjrt`) can be used through `TPU_PJRT_PLUGIN` instead.
+//!   (`jax-cuda12-pjrt`) can be used through `LAZYFUSE_PJRT_PLUGIN` instead.
 //!
 //! Provisioning is as for the CPU plugin: exact wheels with pinned SHA-256s
 //! from PyPI, fetched once by `pip download --require-hashes` into the user
@@ -36,7 +36,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::config::{
+use crate::env::{
     gpu_option, GPU_ALLOCATOR as ALLOCATOR_ENV, GPU_MEMORY_FRACTION as MEMORY_FRACTION_ENV,
     GPU_PREALLOCATE as PREALLOCATE_ENV,
 };
@@ -264,7 +264,7 @@ impl CudaOptions {
 
 /// The driver's view, or a sentence naming what is missing (no driver
 /// library, `cuInit` failing, no device).
-pub(crate) fn driver_info() -> Result<super::driver::DriverInfo, String> {
+pub fn driver_info() -> Result<super::driver::DriverInfo, String> {
     super::driver::probe().map_err(|p| p.message())
 }
 
@@ -283,7 +283,7 @@ pub fn visible_gpus() -> Result<Vec<String>, String> {
 /// Debug options a CUDA client compiles with: the CUDA root of `install`
 /// (XLA would otherwise look in `/usr/local/cuda` first), and NaN-propagating
 /// `max`/`min` in GPU kernels, as on the CPU.
-pub(crate) fn compile_overrides(install: Option<&CudaInstall>) -> Vec<CompileOverride> {
+pub fn compile_overrides(install: Option<&CudaInstall>) -> Vec<CompileOverride> {
     let mut v = vec![CompileOverride::Bool(
         "xla_gpu_enable_fast_min_max".into(),
         false,

@@ -69,7 +69,7 @@ impl Distributed {
 
     /// Why a CPU client cannot take part in this run, if it cannot: XLA's
     /// CPU plugin has no cross-process collectives.
-    pub(crate) fn cpu_refusal(&self) -> Result<(), String> {
+    pub fn cpu_refusal(&self) -> Result<(), String> {
         self.check()?;
         if self.process_count > 1 {
             return Err(format!(

@@ -18,7 +18,7 @@ pub(crate) const DRIVER_SONAME: &str = "libcuda.so.1";
 
 /// What the driver reported.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct DriverInfo {
+pub struct DriverInfo {
     /// The CUDA version the driver supports, as `1000 * major + 10 * minor`.
     pub version: i32,
     /// Visible devices (after `CUDA_VISIBLE_DEVICES`).

@@ -7,7 +7,7 @@
 //! `xla-cpu-pjrt`. lazyfuse pins one exact wheel (version and SHA-256), fetches
 //! it once with `pip` into a per-user cache, and loads it from there on every
 //! later run. Users who cannot or do not want to download point
-//! `TPU_PJRT_PLUGIN` at a plugin they already have.
+//! `LAZYFUSE_PJRT_PLUGIN` at a plugin they already have.
 
 pub mod cuda;
 mod distributed;
@@ -15,6 +15,7 @@ mod driver;
 mod fetch;
 
 pub use distributed::{CpuOptions, Distributed};
+pub use driver::DriverInfo;
 
 use fetch::{PinnedWheel, TempDir};
 use std::fs;
@@ -22,9 +23,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 /// Environment variable naming a PJRT plugin to use instead of the default.
-pub const PLUGIN_ENV: &str = crate::config::PJRT_PLUGIN;
+pub const PLUGIN_ENV: &str = crate::env::PJRT_PLUGIN;
 /// Environment variable overriding the cache directory.
-pub const CACHE_ENV: &str = crate::config::PLUGIN_CACHE;
+pub const CACHE_ENV: &str = crate::env::PLUGIN_CACHE;
 
 /// The pinned plugin wheel: name, version and the SHA-256 of
 /// `xla_cpu_pjrt-0.0.1-py3-none-manylinux_2_27_x86_64.whl` on PyPI.
@@ -70,7 +71,7 @@ impl ProvisionError {
 /// Where the default CPU plugin lives, provisioning it on first use.
 ///
 /// Resolution order:
-/// 1. `$TPU_PJRT_PLUGIN`, if set and non-empty: that file must exist.
+/// 1. `$LAZYFUSE_PJRT_PLUGIN`, if set and non-empty: that file must exist.
 /// 2. The user cache: `$LAZYFUSE_CACHE`, else `$XDG_CACHE_HOME/lazyfuse`,
 ///    else `$HOME/.cache/lazyfuse`; the plugin is
 ///    `xla-cpu-pjrt-0.0.1/xla_cpu_pjrt.so` inside it.
@@ -82,7 +83,7 @@ impl ProvisionError {
 ///
 /// Blocking; the download (~63 MB) happens at most once per cache directory.
 pub fn default_plugin_path() -> Result<PathBuf, ProvisionError> {
-    if let Some(path) = crate::config::plugin_override() {
+    if let Some(path) = crate::env::plugin_override() {
         return if path.is_file() {
             Ok(path)
         } else {
@@ -114,7 +115,7 @@ pub fn default_plugin_path() -> Result<PathBuf, ProvisionError> {
 
 /// The lazyfuse cache directory (see [`default_plugin_path`]).
 pub(crate) fn cache_dir() -> Result<PathBuf, ProvisionError> {
-    if let Some(dir) = crate::config::plugin_cache_root() {
+    if let Some(dir) = crate::env::plugin_cache_root() {
         return Ok(dir);
     }
     Err(ProvisionError::new(format!(

@@ -4,14 +4,14 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use lazyfuse::pjrt::{Client, Plugin};
+use lazyfuse_xla::pjrt::{Client, Plugin};
 
 /// The default (provisioned) plugin; override with PJRT_TEST_PLUGIN.
 pub fn plugin_path() -> PathBuf {
     std::env::var_os("PJRT_TEST_PLUGIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            lazyfuse::plugin::default_plugin_path().expect("provision the CPU plugin")
+            lazyfuse_xla::plugin::default_plugin_path().expect("provision the CPU plugin")
         })
 }
 
@@ -63,17 +63,17 @@ pub fn bf16_vec(b: &[u8]) -> Vec<f32> {
 
 /// Uploads `v` as an f32 array of `dims` to `device`.
 pub fn upload_f32(
-    c: &lazyfuse::pjrt::Client,
+    c: &lazyfuse_xla::pjrt::Client,
     v: &[f32],
     dims: &[usize],
     device: usize,
-) -> lazyfuse::pjrt::Buffer {
+) -> lazyfuse_xla::pjrt::Buffer {
     c.buffer_from_host(&f32_bytes(v), lazyfuse_ir::DType::F32, dims, device)
         .unwrap()
 }
 
 /// Downloads a buffer into a fresh, correctly sized vector.
-pub fn download(b: &lazyfuse::pjrt::Buffer) -> Vec<u8> {
+pub fn download(b: &lazyfuse_xla::pjrt::Buffer) -> Vec<u8> {
     let n: usize = b.dims().unwrap().iter().product::<usize>() * b.dtype().unwrap().size_in_bytes();
     let mut out = vec![0u8; n];
     b.to_host(&mut out).unwrap();
@@ -118,7 +118,7 @@ impl Drop for TempDir {
 
 /// `ADD_2X3` compiled on `c` and run on `[1, ..., 6]` twice over: the
 /// buffer holding `[2, 4, ..., 12]`.
-pub fn doubled_1_to_6(c: &Client) -> lazyfuse::pjrt::Buffer {
+pub fn doubled_1_to_6(c: &Client) -> lazyfuse_xla::pjrt::Buffer {
     let exe = c.compile(ADD_2X3).unwrap();
     let a = c
         .buffer_from_host(
