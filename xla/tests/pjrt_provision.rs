@@ -26,20 +26,32 @@ fn unset(k: &str) {
 fn provisioning_end_to_end() {
     // Resolve the real plugin before the test rewrites the environment.
     let real = plugin_path();
-    for k in ["TPU_PJRT_PLUGIN", "LAZYFUSE_CACHE", "XDG_CACHE_HOME"] {
+    for k in [
+        "LAZYFUSE_PJRT_PLUGIN",
+        "TPU_PJRT_PLUGIN",
+        "LAZYFUSE_CACHE",
+        "XDG_CACHE_HOME",
+    ] {
         unset(k);
     }
     let scratch = TempDir::new("provision");
 
-    // (1) TPU_PJRT_PLUGIN wins, and must exist.
-    set("TPU_PJRT_PLUGIN", "/nonexistent/plugin.so");
+    // (1) LAZYFUSE_PJRT_PLUGIN wins, and must exist.
+    set("LAZYFUSE_PJRT_PLUGIN", "/nonexistent/plugin.so");
     let e = default_plugin_path().unwrap_err();
-    assert!(e.to_string().contains("TPU_PJRT_PLUGIN"), "{e}");
+    assert!(e.to_string().contains("LAZYFUSE_PJRT_PLUGIN"), "{e}");
     assert!(e.to_string().contains("/nonexistent/plugin.so"), "{e}");
-    eprintln!("--- missing TPU_PJRT_PLUGIN:\n{e}");
+    eprintln!("--- missing LAZYFUSE_PJRT_PLUGIN:\n{e}");
+    set("LAZYFUSE_PJRT_PLUGIN", &real);
+    assert_eq!(default_plugin_path().unwrap(), real);
+    // The seed's spelling is an alias, read when the new name is unset.
+    set("LAZYFUSE_PJRT_PLUGIN", "");
     set("TPU_PJRT_PLUGIN", &real);
     assert_eq!(default_plugin_path().unwrap(), real);
-    set("TPU_PJRT_PLUGIN", ""); // empty = unset
+    set("LAZYFUSE_PJRT_PLUGIN", "/nonexistent/plugin.so");
+    assert!(default_plugin_path().is_err(), "the new name wins");
+    set("LAZYFUSE_PJRT_PLUGIN", ""); // empty = unset
+    set("TPU_PJRT_PLUGIN", "");
 
     // (2) A pre-populated cache is used without any download, in the
     // documented precedence: LAZYFUSE_CACHE > XDG_CACHE_HOME/lazyfuse > HOME/.cache/lazyfuse.
@@ -81,7 +93,7 @@ fn provisioning_end_to_end() {
     eprintln!("--- no python3:\n{msg}");
     assert!(msg.contains("python3"), "{msg}");
     assert!(
-        msg.contains("TPU_PJRT_PLUGIN=/path/to/xla_cpu_pjrt.so"),
+        msg.contains("LAZYFUSE_PJRT_PLUGIN=/path/to/xla_cpu_pjrt.so"),
         "{msg}"
     );
     assert!(
@@ -112,7 +124,7 @@ fn provisioning_end_to_end() {
     assert!(msg.contains("pip download"), "{msg}");
     assert!(msg.contains("failed (exit status"), "{msg}");
     assert!(
-        msg.contains("TPU_PJRT_PLUGIN=/path/to/xla_cpu_pjrt.so"),
+        msg.contains("LAZYFUSE_PJRT_PLUGIN=/path/to/xla_cpu_pjrt.so"),
         "{msg}"
     );
     let leftovers: Vec<_> = std::fs::read_dir(empty_cache.join("xla-cpu-pjrt-0.0.1"))
