@@ -17,7 +17,7 @@ const VOCAB: usize = 512;
 type Block = (Tensor, Tensor, Tensor, Tensor);
 
 fn weight(dims: &[usize], seed: u64, dev: &Device) -> Result<Tensor> {
-    let w = Tensor::randn(dims, seed, dev)?.mul_scalar(0.02)?;
+    let w = Tensor::randn(dims, seed, dev)?.mul(0.02)?;
     w.realize()?;
     Ok(w)
 }

@@ -20,7 +20,7 @@ fn bench_record(c: &mut Criterion) {
     let cases: [(&str, Op); 3] = [
         ("binary_op_on_pending_x1000", |acc, y| acc.mul(y).unwrap()),
         ("scalar_op_on_pending_x1000", |acc, _| {
-            acc.mul_scalar(1.0001).unwrap()
+            acc.mul(1.0001).unwrap()
         }),
         ("unary_op_on_pending_x1000", |acc, _| acc.tanh().unwrap()),
     ];

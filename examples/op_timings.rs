@@ -55,11 +55,11 @@ fn main() -> Result<()> {
     let dy = ready(Tensor::randn(&[256, 1024], 7, &dev)?)?;
     type Case<'a> = (&'a str, Box<dyn Fn() -> Result<Tensor> + 'a>);
     let cases: Vec<Case> = vec![
-        ("sum_rows", Box::new(|| a.sum(&[-1], true))),
-        ("sum_cols", Box::new(|| a.sum(&[0], true))),
-        ("max_rows", Box::new(|| a.max(&[-1], true))),
-        ("max_cols", Box::new(|| a.max(&[0], true))),
-        ("mean_all", Box::new(|| a.mean_all())),
+        ("sum_rows", Box::new(|| a.sum([-1], true))),
+        ("sum_cols", Box::new(|| a.sum([0], true))),
+        ("max_rows", Box::new(|| a.max([-1], true))),
+        ("max_cols", Box::new(|| a.max([0], true))),
+        ("mean_all", Box::new(|| a.mean(.., false))),
         ("softmax", Box::new(|| a.softmax(-1))),
         ("log_softmax", Box::new(|| a.log_softmax(-1))),
         (
@@ -70,24 +70,21 @@ fn main() -> Result<()> {
         ("xent", Box::new(|| a.cross_entropy(&t, None))),
         ("index_select", Box::new(|| a.index_select(0, &idx))),
         ("gather", Box::new(|| a.gather(1, &idx2))),
-        ("transpose", Box::new(|| a.transpose(0, 1)?.add_scalar(1.0))),
+        ("transpose", Box::new(|| a.transpose(0, 1)?.add(1.0))),
         ("cat", Box::new(|| Tensor::cat(&[&a, &a], 0))),
         ("clamp", Box::new(|| a.clamp(-1.0, 1.0))),
         ("relu", Box::new(|| a.relu())),
         ("gelu_exact", Box::new(|| a.gelu_exact())),
         ("to_bf16", Box::new(|| a.to_dtype(DType::BF16))),
         ("sigmoid", Box::new(|| a.sigmoid())),
-        (
-            "masked_fill",
-            Box::new(|| a.masked_fill(&a.gt_scalar(0.0)?, 0.0)),
-        ),
-        ("att_rowmax", Box::new(|| s.max(&[-1], true))),
+        ("masked_fill", Box::new(|| a.masked_fill(&a.gt(0.0)?, 0.0))),
+        ("att_rowmax", Box::new(|| s.max([-1], true))),
         ("att_softmax", Box::new(|| s.softmax(-1))),
         (
             "attention",
             Box::new(|| {
                 q.matmul(&k.transpose(-2, -1)?)?
-                    .mul_scalar(0.125)?
+                    .mul(0.125)?
                     .softmax(-1)?
                     .matmul(&v)
             }),

@@ -10,9 +10,9 @@ use lazyfuse::{metrics, DType, Device, Tensor};
 fn forward(x: &Tensor, w1: &Tensor, b1: &Tensor, w2: &Tensor) -> lazyfuse::Result<Tensor> {
     let h = x.matmul(w1)?.add(b1)?.gelu()?;
     let logits = h.matmul(w2)?;
-    let shifted = logits.sub(&logits.max(&[-1], true)?)?;
+    let shifted = logits.sub(&logits.max([-1], true)?)?;
     let e = shifted.exp()?;
-    e.div(&e.sum(&[-1], true)?)
+    e.div(&e.sum([-1], true)?)
 }
 
 fn main() -> lazyfuse::Result<()> {

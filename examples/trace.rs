@@ -11,7 +11,7 @@ use lazyfuse::{metrics, Device, Tensor};
 use tracing_subscriber::fmt::format::FmtSpan;
 
 fn step(x: &Tensor) -> lazyfuse::Result<Vec<f32>> {
-    let y = (x.tanh()? * 2.0)?.sum(&[-1], false)?;
+    let y = (x.tanh()? * 2.0)?.sum([-1], false)?;
     y.to_vec::<f32>()
 }
 

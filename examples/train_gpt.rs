@@ -226,10 +226,7 @@ fn sample(
         let probs = no_grad(|| {
             let logits = m.logits_cached(&x, &mut cache)?;
             let t = logits.dims()[1];
-            logits
-                .narrow(1, t - 1, 1)?
-                .mul_scalar(1.0 / 0.8)?
-                .softmax(-1)
+            logits.narrow(1, t - 1, 1)?.mul(1.0 / 0.8)?.softmax(-1)
         })?;
         let p = probs.to_vec::<f32>()?;
         let mut u = rng.uniform() as f32;

@@ -181,7 +181,7 @@ thread_local! {
     static THREAD_FUSION: Cell<Option<bool>> = const { Cell::new(None) };
 }
 
-/// Whether ops recorded on this thread are fused (see `lazyfuse::set_fusion`).
+/// Whether ops recorded on this thread are fused (see `lazyfuse::FusionGuard`).
 pub fn fusion_enabled() -> bool {
     THREAD_FUSION
         .with(|f| f.get())
@@ -189,7 +189,7 @@ pub fn fusion_enabled() -> bool {
 }
 
 /// Sets this thread's fusion mode. The lazy layer flushes the thread's
-/// graphs before calling this (`lazyfuse::set_fusion`).
+/// graphs before calling this (`lazyfuse::FusionGuard`).
 pub(crate) fn set_thread_fusion(on: bool) {
     THREAD_FUSION.with(|f| f.set(Some(on)));
 }

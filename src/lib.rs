@@ -43,6 +43,7 @@ pub mod nn;
 pub mod optim;
 #[cfg(feature = "xla")]
 mod persist;
+mod random;
 mod runtime;
 mod spmd;
 mod tensor;
@@ -58,7 +59,7 @@ pub use config::{
 };
 pub use device::Device;
 pub use error::{Error, Result};
-pub use lazy::{pending_ops, set_fusion, FusionGuard};
+pub use lazy::{pending_ops, plan_of, FlushPlan, FusionGuard, RegionPlan};
 pub use lazyfuse_ir::{DType, Element, HostTensor, Shape};
 #[cfg(feature = "xla")]
 pub use lazyfuse_xla::pjrt::{InMemoryKeyValueStore, KeyValueStore};
@@ -66,9 +67,10 @@ pub use lazyfuse_xla::pjrt::{InMemoryKeyValueStore, KeyValueStore};
 pub use lazyfuse_xla::plugin::cuda::CudaOptions;
 #[cfg(feature = "xla")]
 pub use lazyfuse_xla::plugin::{CpuOptions, Distributed};
-pub use spmd::{Mesh, Sharding};
+pub use random::Key;
+pub use spmd::{Mesh, MeshDevices, Sharding};
 pub use tensor::dynamic::sites::reset_dynamic_sites;
-pub use tensor::{flush, realize_all, sync, Local, Reduction, Tensor};
+pub use tensor::{flush, realize_all, sync, Dims, Local, Operand, Reduction, Tensor};
 
 /// The IR and planner crates, for tools that inspect graphs and plans.
 pub use lazyfuse_fusion as fusion;

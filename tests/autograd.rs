@@ -31,7 +31,7 @@ fn gradients_accumulate_until_zeroed() {
     let x = t(&[1.0, 2.0, 3.0], &[3]).with_grad().unwrap();
     let y = t(&[4.0, 5.0, 6.0], &[3]);
     assert!(x.requires_grad() && x.is_leaf() && !y.requires_grad());
-    let loss = || x.mul(&y).unwrap().sum_all().unwrap();
+    let loss = || x.mul(&y).unwrap().sum(.., false).unwrap();
     loss().backward().unwrap();
     assert_eq!(x.grad().unwrap().to_vec::<f32>().unwrap(), [4.0, 5.0, 6.0]);
     assert!(y.grad().is_none());
@@ -48,7 +48,7 @@ fn gradients_accumulate_until_zeroed() {
 
 fn detach_no_grad_and_non_leaves() {
     let x = t(&[1.0, -2.0], &[2]).with_grad().unwrap();
-    let y = x.mul_scalar(3.0).unwrap();
+    let y = x.mul(3.0).unwrap();
     assert!(y.requires_grad() && !y.is_leaf());
     assert!(y.set_requires_grad(false).is_err(), "non-leaf");
     let d = y.detach().unwrap();
@@ -58,14 +58,14 @@ fn detach_no_grad_and_non_leaves() {
     assert!(!z.requires_grad());
     assert!(lazyfuse::is_grad_enabled());
     // Only the tracked path contributes.
-    let loss = x.mul(&d).unwrap().sum_all().unwrap();
+    let loss = x.mul(&d).unwrap().sum(.., false).unwrap();
     loss.backward().unwrap();
     assert_eq!(x.grad().unwrap().to_vec::<f32>().unwrap(), [3.0, -6.0]);
     // A materialised tracked tensor detaches to the same buffer.
     let w = t(&[5.0], &[1]).with_grad().unwrap();
     assert_eq!(w.detach().unwrap().to_vec::<f32>().unwrap(), [5.0]);
     // Backward through a leaf itself.
-    w.sum_all().unwrap().backward().unwrap();
+    w.sum(.., false).unwrap().backward().unwrap();
     assert_eq!(w.grad().unwrap().to_vec::<f32>().unwrap(), [1.0]);
 }
 
@@ -89,7 +89,7 @@ fn bad_backward_and_loss_inputs_are_errors() {
         }
         other => panic!("{what}: expected an op error, got {other:?}"),
     };
-    op_err(x.mul_scalar(2.0).unwrap().backward(), "non-scalar");
+    op_err(x.mul(2.0).unwrap().backward(), "non-scalar");
     op_err(t(&[1.0], &[]).backward(), "no grad");
     assert!(Tensor::zeros(&[2], DType::I32, &d)
         .unwrap()
@@ -108,9 +108,7 @@ fn bad_backward_and_loss_inputs_are_errors() {
     assert!(logits.cross_entropy_ids(&[0, -1], Some(-1)).is_ok());
     let bad_shape = Tensor::zeros(&[3], DType::I64, &d).unwrap();
     assert!(logits.cross_entropy(&bad_shape, None).is_err());
-    assert!(logits
-        .dropout(1.5, &Tensor::seed(0, &d).unwrap(), true)
-        .is_err());
+    assert!(logits.dropout(1.5, 0, true).is_err());
     assert!(logits.clamp(1.0, 0.0).is_err());
 }
 
@@ -193,19 +191,14 @@ fn dropout_rate_scaling_and_mode_independence() {
     let x = Tensor::ones(&[64, 64], DType::F32, &d).unwrap();
     let run = |fuse: bool| {
         let _g = FusionGuard::new(fuse);
-        x.dropout(0.25, &Tensor::seed(3, &d).unwrap(), true)
-            .unwrap()
-            .to_vec::<f32>()
-            .unwrap()
+        x.dropout(0.25, 3, true).unwrap().to_vec::<f32>().unwrap()
     };
     let (a, b) = (run(true), run(false));
     assert_eq!(a, b, "fused and unfused drop the same elements");
     let kept = a.iter().filter(|&&v| v != 0.0).count() as f64 / a.len() as f64;
     assert!((kept - 0.75).abs() < 0.03, "kept {kept}");
     assert!(a.iter().all(|&v| v == 0.0 || (v - 1.0 / 0.75).abs() < 1e-6));
-    let eval = x
-        .dropout(0.25, &Tensor::seed(3, &d).unwrap(), false)
-        .unwrap();
+    let eval = x.dropout(0.25, 3, false).unwrap();
     assert!(eval.to_vec::<f32>().unwrap().iter().all(|&v| v == 1.0));
 }
 

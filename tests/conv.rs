@@ -252,7 +252,7 @@ type F<'a> = dyn Fn(&[Tensor]) -> Result<Tensor> + 'a;
 fn weighted(f: &F<'_>, xs: &[Tensor]) -> Result<Tensor> {
     let y = f(xs)?;
     let w = random_host(&mut Rng(99), y.dims(), DType::F64, -1.0, 1.0);
-    y.mul(&Tensor::from_host(&w, &dev())?)?.sum_all()
+    y.mul(&Tensor::from_host(&w, &dev())?)?.sum(.., false)
 }
 
 /// Central finite differences (f64) against the analytic gradient of every input.

@@ -58,8 +58,8 @@ fn cuda_device_or_one_clear_error() {
             // The same program on the GPU and on the reference interpreter.
             let program = |d: &Device| -> f32 {
                 let x = Tensor::arange(0.0, 12.0, DType::F32, d).unwrap();
-                let y = x.exp().and_then(|e| e.mul_scalar(0.5)).unwrap();
-                y.sum(&[-1], false).unwrap().item::<f32>().unwrap()
+                let y = x.exp().and_then(|e| e.mul(0.5)).unwrap();
+                y.sum([-1], false).unwrap().item::<f32>().unwrap()
             };
             let (g, w) = (program(&dev), program(&Device::interpreter()));
             assert!((g - w).abs() <= 1e-5 * w.abs(), "{g} vs {w}");

@@ -13,7 +13,7 @@ fn program(d: &Device) -> Vec<f32> {
         .unwrap()
         .tanh()
         .unwrap();
-    y.sum(&[-1], false).unwrap().to_vec().unwrap()
+    y.sum([-1], false).unwrap().to_vec().unwrap()
 }
 
 #[test]

@@ -34,17 +34,17 @@ fn along_axis(x: &Tensor, w: &Tensor) -> Vec<(String, Vec<f32>)> {
     let targets: Vec<i64> = (0..15).map(|i| (i * 7 % l.max(1)) as i64).collect();
     let ids = Tensor::from_slice(&targets, &[3, 5], &d).unwrap();
     vec![
-        host("sum", x.sum(&[1], false)),
-        host("mean", x.mean(&[1], true)),
-        host("max", x.max(&[1], false)),
-        host("min", x.min(&[1], false)),
+        host("sum", x.sum([1], false)),
+        host("mean", x.mean([1], true)),
+        host("max", x.max([1], false)),
+        host("min", x.min([1], false)),
         host(
             "argmax",
             x.argmax(1, false).and_then(|a| a.to_dtype(DType::F32)),
         ),
         host("softmax", x.softmax(1)),
         host("logsumexp", x.logsumexp(1, false)),
-        host("exp_elementwise", x.exp().and_then(|e| e.add_scalar(1.0))),
+        host("exp_elementwise", x.exp().and_then(|e| e.add(1.0))),
         // [3, 5, L] x [3, L, 5]: contracts over the dynamic axis.
         host("matmul_contract", xt.matmul(x)),
         // [3, L, 5] x [5, 4]: the dynamic axis is a free dim.
@@ -53,7 +53,7 @@ fn along_axis(x: &Tensor, w: &Tensor) -> Vec<(String, Vec<f32>)> {
         host("cross_entropy", xt.cross_entropy(&ids, None)),
         host(
             "cat",
-            Tensor::cat(&[x, &x.mul_scalar(2.0).unwrap()], 1).and_then(|c| c.sum(&[1], false)),
+            Tensor::cat(&[x, &x.mul(2.0).unwrap()], 1).and_then(|c| c.sum([1], false)),
         ),
         host(
             "cat_values",
@@ -62,11 +62,11 @@ fn along_axis(x: &Tensor, w: &Tensor) -> Vec<(String, Vec<f32>)> {
         host("narrow_last", x.narrow(1, l - 1, 1)),
         host(
             "reshape_keep",
-            x.reshape(&[3, l, 5, 1]).and_then(|r| r.sum(&[1], false)),
+            x.reshape(&[3, l, 5, 1]).and_then(|r| r.sum([1], false)),
         ),
         host(
             "permute",
-            x.permute(&[1, 0, 2]).and_then(|p| p.sum(&[0], false)),
+            x.permute(&[1, 0, 2]).and_then(|p| p.sum([0], false)),
         ),
     ]
 }
@@ -144,11 +144,11 @@ fn gradients_match_exact_shapes() {
             let loss = y
                 .mul(&y)
                 .unwrap()
-                .mean_all()
+                .mean(.., false)
                 .unwrap()
-                .add(&z.sum_all().unwrap().mul_scalar(1e-3).unwrap())
+                .add(z.sum(.., false).unwrap().mul(1e-3).unwrap())
                 .unwrap()
-                .add(&x.max(&[1], false).unwrap().sum_all().unwrap())
+                .add(x.max([1], false).unwrap().sum(.., false).unwrap())
                 .unwrap();
             loss.backward().unwrap();
             let g = x.grad().expect("x has a gradient");
@@ -309,7 +309,7 @@ fn two_threads_make_the_same_decisions() {
             let picked = k
                 .index_select(0, &Tensor::from_slice(&ids, &[ids.len()], &d).unwrap())
                 .unwrap();
-            out.extend(picked.sum(&[0], false).unwrap().to_vec::<f32>().unwrap());
+            out.extend(picked.sum([0], false).unwrap().to_vec::<f32>().unwrap());
             axes.push((k.dynamic_axes(), picked.dynamic_axes()));
             cache = Some(k);
         }
@@ -469,7 +469,7 @@ fn host_reads_return_logical_elements() {
     assert_eq!(x.shape().dims(), &[2, 3]);
     assert_eq!(x.numel(), 6);
     assert_eq!(x.to_vec::<f32>().unwrap(), data);
-    let y = x.add_scalar(1.0).unwrap();
+    let y = x.add(1.0).unwrap();
     assert_eq!(y.to_host().unwrap().shape.dims(), &[2, 3]);
-    assert_eq!(x.sum_all().unwrap().item::<f32>().unwrap(), 15.0);
+    assert_eq!(x.sum(.., false).unwrap().item::<f32>().unwrap(), 15.0);
 }

@@ -62,10 +62,10 @@ impl Decoder {
         }
         *cache = Some((k.clone(), v.clone()));
         let s = k.dims()[0];
-        let mut att = q.matmul(&k.transpose(0, 1)?)?.mul_scalar(0.25)?;
+        let mut att = q.matmul(&k.transpose(0, 1)?)?.mul(0.25)?;
         if t > 1 {
-            let rows = Tensor::arange(0.0, t as f64, lazyfuse::DType::I32, &d)?
-                .add_scalar((s - t) as f64)?;
+            let rows =
+                Tensor::arange(0.0, t as f64, lazyfuse::DType::I32, &d)?.add((s - t) as f64)?;
             let cols = Tensor::arange(0.0, s as f64, lazyfuse::DType::I32, &d)?;
             att = att.masked_fill(
                 &rows.unsqueeze(1)?.lt(&cols.unsqueeze(0)?)?,
@@ -153,7 +153,7 @@ fn batch_sizes_compile_once_per_bucket() {
         let x = Tensor::from_slice(&x, &[b, 8], &d).unwrap();
         let h = x.matmul(&w1).unwrap().relu().unwrap();
         let y = h.matmul(&w2).unwrap().log_softmax(-1).unwrap();
-        let loss = y.mean_all().unwrap();
+        let loss = y.mean(.., false).unwrap();
         let mut out = y.to_vec::<f32>().unwrap();
         out.push(loss.item::<f32>().unwrap());
         out
@@ -255,7 +255,7 @@ fn mark_dynamic_compiles_each_executable_once() {
             .unwrap()
             .softmax(0)
             .unwrap()
-            .sum_all()
+            .sum(.., false)
             .unwrap();
         assert!((y.item::<f32>().unwrap() - 1.0).abs() < 1e-5);
         if step == 0 {
@@ -294,7 +294,13 @@ fn a_fixed_cache_after_changing_prompts_compiles_once_per_bucket() {
         let rest = cache.narrow(0, len, cap - len).unwrap();
         let c = Tensor::cat(&[&p, &rest], 0).unwrap();
         assert!(c.dynamic_axes().is_empty(), "{:?}", c.dynamic_axes());
-        let y = c.matmul(&q).unwrap().softmax(0).unwrap().sum_all().unwrap();
+        let y = c
+            .matmul(&q)
+            .unwrap()
+            .softmax(0)
+            .unwrap()
+            .sum(.., false)
+            .unwrap();
         assert!((y.item::<f32>().unwrap() - 1.0).abs() < 1e-5);
     };
     // Warm-up: lengths 5 and 6 (the second marks the prompt axis; output
@@ -323,15 +329,9 @@ fn creation_ops_of_a_growing_length_compile_once_per_bucket() {
         let z = Tensor::zeros(&[n, 4], f32, &d).unwrap();
         let f = Tensor::full(2.5, &[n, 4], f32, &d).unwrap();
         let r = Tensor::arange(0.0, n as f64, f32, &d).unwrap();
-        let s = z
-            .add(&f)
-            .unwrap()
-            .sum(&[1], false)
-            .unwrap()
-            .add(&r)
-            .unwrap();
+        let s = z.add(&f).unwrap().sum([1], false).unwrap().add(&r).unwrap();
         assert_eq!(s.dims(), vec![n], "the logical length");
-        let got = s.sum_all().unwrap().item::<f32>().unwrap();
+        let got = s.sum(.., false).unwrap().item::<f32>().unwrap();
         let want = 10.0 * n as f32 + (n * (n - 1) / 2) as f32;
         assert_eq!(got, want, "length {n}");
     };

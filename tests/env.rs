@@ -37,7 +37,7 @@ fn child() {
     let y = x.exp().unwrap();
     println!("fusion_enabled={}", lazyfuse::fusion_enabled());
     println!("pending_after_op={}", y.is_pending());
-    println!("sum={}", y.sum_all().unwrap().item::<f32>().unwrap());
+    println!("sum={}", y.sum(.., false).unwrap().item::<f32>().unwrap());
 }
 
 /// The fusion mode a child reports with `envs` set.

@@ -16,12 +16,7 @@ fn distinct_shapes_beyond_the_cap_evict_and_recompile() {
     let dev = common::dev();
     let run = |n: usize| -> Vec<f32> {
         let x = Tensor::arange(0.0, n as f64, lazyfuse::DType::F32, &dev).unwrap();
-        x.mul_scalar(3.0)
-            .unwrap()
-            .exp()
-            .unwrap()
-            .to_vec::<f32>()
-            .unwrap()
+        x.mul(3.0).unwrap().exp().unwrap().to_vec::<f32>().unwrap()
     };
     let first = run(1);
     let m0 = metrics::snapshot();

@@ -30,7 +30,7 @@ fn child() {
             for _ in 0..30 + k {
                 y = y.matmul(&x).unwrap().tanh().unwrap().add(&x).unwrap();
             }
-            keep.push(y.sum(&[-1], false).unwrap());
+            keep.push(y.sum([-1], false).unwrap());
             lazyfuse::flush();
         }
         tx.send(()).unwrap();

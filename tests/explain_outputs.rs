@@ -30,7 +30,7 @@ fn output_notes_program(d: &Device) -> NoteLines {
         let (h, inside) = (x.exp().unwrap(), line!());
         let (unused, pending) = (x.tanh().unwrap(), line!());
         let (s, used) = (x.sin().unwrap(), line!());
-        let y = h.mul_scalar(2.0).unwrap().sum_all().unwrap();
+        let y = h.mul(2.0).unwrap().sum(.., false).unwrap();
         let want: f32 = xs.iter().map(|v| v.exp() * 2.0).sum();
         let got = y.item::<f32>().unwrap();
         assert!((got - want).abs() <= want.abs() * 1e-5, "{got} vs {want}");
@@ -39,7 +39,7 @@ fn output_notes_program(d: &Device) -> NoteLines {
             for (a, v) in hv.iter().zip(&xs) {
                 assert!((a - v.exp()).abs() <= v.exp() * 1e-6, "{a} vs {}", v.exp());
             }
-            let m = s.add_scalar(1.0).unwrap().max_all().unwrap();
+            let m = s.add(1.0).unwrap().max(.., false).unwrap();
             let want = xs.iter().map(|v| v.sin() + 1.0).fold(f32::MIN, f32::max);
             assert!((m.item::<f32>().unwrap() - want).abs() <= 1e-6);
         }

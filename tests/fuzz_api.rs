@@ -439,10 +439,10 @@ fn rejects_cleanly(what: &str, f: impl FnOnce() -> Result<Tensor>) {
 fn composite_errors_record_nothing() {
     let dev = common::dev();
     let x = Tensor::from_slice(&[1.0f32, -2.0, 0.5, 3.0, 0.0, -1.0], &[2, 3], &dev).unwrap();
-    let y = x.with_grad().unwrap().mul_scalar(2.0).unwrap(); // pending, tracked
+    let y = x.with_grad().unwrap().mul(2.0).unwrap(); // pending, tracked
     let ids = Tensor::from_slice(&[1i64, 0], &[2], &dev).unwrap();
     let w4 = Tensor::from_slice(&[1.0f32; 4], &[4], &dev).unwrap();
-    let seed = Tensor::seed(7, &dev).unwrap();
+    let seed = lazyfuse::Key::new(7);
     let emb = Embedding::new(4, 3, 1.0, 0, &dev).unwrap();
     rejects_cleanly("layer_norm, weight [4] on [2, 3]", || {
         y.layer_norm(Some(&w4), None, 1e-5)
@@ -456,10 +456,10 @@ fn composite_errors_record_nothing() {
     rejects_cleanly("logsumexp, i64", || ids.logsumexp(0, false));
     rejects_cleanly("Embedding::forward, f32 ids", || emb.forward(&y));
     rejects_cleanly("clamp, i64 to 0.5", || ids.clamp(-1.0, 0.5));
-    rejects_cleanly("dropout 0.25, i64", || ids.dropout(0.25, &seed, true));
-    let b = ids.lt_scalar(1.0).unwrap();
-    rejects_cleanly("dropout 0.5, bool", || b.dropout(0.5, &seed, true));
-    let loss = y.sum_all().unwrap();
+    rejects_cleanly("dropout 0.25, i64", || ids.dropout(0.25, seed, true));
+    let b = ids.lt(1.0).unwrap();
+    rejects_cleanly("dropout 0.5, bool", || b.dropout(0.5, seed, true));
+    let loss = y.sum(.., false).unwrap();
     loss.backward().unwrap();
     rejects_cleanly("backward through a released graph", || {
         loss.backward().map(|_| loss.clone())

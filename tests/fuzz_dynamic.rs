@@ -87,23 +87,23 @@ fn run(steps: &[Step], mut x: Tensor, mut axis: usize, d: &Device) -> Result<Vec
                 };
                 x = x.add(&r)?;
             }
-            Step::Square => x = x.mul(&x)?.mul_scalar(0.25)?,
+            Step::Square => x = x.mul(&x)?.mul(0.25)?,
             Step::Softmax => x = x.softmax(ax)?,
             Step::LogSoftmax => x = x.log_softmax(ax)?,
             Step::Centre(k) => {
                 let r = match k {
-                    0 => x.sum(&[ax], true)?,
-                    1 => x.mean(&[ax], true)?,
-                    2 => x.max(&[ax], true)?,
-                    _ => x.min(&[ax], true)?,
+                    0 => x.sum([ax], true)?,
+                    1 => x.mean([ax], true)?,
+                    2 => x.max([ax], true)?,
+                    _ => x.min([ax], true)?,
                 };
                 x = x.sub(&r)?;
             }
             Step::MatmulFree => {
                 x = if axis == 0 {
-                    x.matmul(&w)?.mul_scalar(0.5)?
+                    x.matmul(&w)?.mul(0.5)?
                 } else {
-                    w.matmul(&x)?.mul_scalar(0.5)?
+                    w.matmul(&x)?.mul(0.5)?
                 }
             }
             Step::CatSelf => {
@@ -134,9 +134,9 @@ fn run(steps: &[Step], mut x: Tensor, mut axis: usize, d: &Device) -> Result<Vec
             }
             Step::ReadReduce(k) => {
                 let r = match k {
-                    0 => x.sum(&[ax], false)?,
-                    1 => x.mean(&[ax], false)?,
-                    2 => x.max(&[ax], false)?,
+                    0 => x.sum([ax], false)?,
+                    1 => x.mean([ax], false)?,
+                    2 => x.max([ax], false)?,
                     _ => x.logsumexp(ax, false)?,
                 };
                 out.push(r.to_vec::<f32>()?);

@@ -243,7 +243,9 @@ fn random_call(rng: &mut Rng, pool: &[Tensor]) -> (String, lazyfuse::Result<Tens
             )
         }
         3 => {
-            let p: Vec<usize> = (0..rng.below(5)).map(|_| rng.below(5)).collect();
+            let p: Vec<isize> = (0..rng.below(5))
+                .map(|_| rng.below(10) as isize - 5)
+                .collect();
             (
                 format!("permute({p:?}) of {:?}", t.dims()),
                 t.permute(&p),
@@ -342,9 +344,9 @@ fn random_call(rng: &mut Rng, pool: &[Tensor]) -> (String, lazyfuse::Result<Tens
         12 => {
             let v = rng.pick(&[0.5, -1.0, 256.0, 1e10, f64::NAN, 1e19, 2.0]);
             let r = match rng.below(3) {
-                0 => t.add_scalar(v),
-                1 => t.pow_scalar(v),
-                _ => t.lt_scalar(v),
+                0 => t.add(v),
+                1 => t.pow(v),
+                _ => t.lt(v),
             };
             (
                 format!("scalar op {v} on {}{:?}", t.dtype(), t.dims()),

@@ -68,9 +68,7 @@ const INF: f32 = f32::INFINITY;
 fn converted_predicate_times_nan_is_nan() {
     let p = [1.0, -1.0, -2.0, 3.0];
     agree(&[&p], &[NAN; 4], |x| {
-        x[0].gt_scalar(0.0)?
-            .to_dtype(DType::F32)?
-            .mul_scalar(f64::NAN)
+        x[0].gt(0.0)?.to_dtype(DType::F32)?.mul(f64::NAN)
     });
 }
 
@@ -79,16 +77,14 @@ fn converted_predicate_times_nan_is_nan() {
 fn converted_predicate_times_infinity_and_negative_keeps_ieee() {
     let p = [1.0, -1.0, -2.0, 3.0];
     agree(&[&p], &[INF, NAN, NAN, INF], |x| {
-        x[0].gt_scalar(0.0)?
-            .to_dtype(DType::F32)?
-            .mul_scalar(f64::INFINITY)
+        x[0].gt(0.0)?.to_dtype(DType::F32)?.mul(f64::INFINITY)
     });
     agree(&[&p], &[-3.0, -0.0, -0.0, -3.0], |x| {
-        x[0].gt_scalar(0.0)?.to_dtype(DType::F32)?.mul_scalar(-3.0)
+        x[0].gt(0.0)?.to_dtype(DType::F32)?.mul(-3.0)
     });
     // `convert(p) / 0` went through `broadcast(1/0) * convert(p)` to the same rewrite.
     agree(&[&p], &[INF, NAN, NAN, INF], |x| {
-        x[0].gt_scalar(0.0)?.to_dtype(DType::F32)?.div_scalar(0.0)
+        x[0].gt(0.0)?.to_dtype(DType::F32)?.div(0.0)
     });
 }
 
@@ -101,8 +97,8 @@ fn maximum_and_minimum_propagate_nan_in_either_order() {
     agree(&[&a, &b], &[NAN, NAN, 3.0, NAN], |x| x[0].maximum(&x[1]));
     agree(&[&a, &b], &[NAN, NAN, 2.0, NAN], |x| x[1].minimum(&x[0]));
     let r = [1.0, NAN, 2.0, 3.0];
-    agree(&[&r], &[NAN], |x| x[0].mul_scalar(2.0)?.max(&[0], false));
-    agree(&[&r], &[NAN], |x| x[0].add_scalar(1.0)?.min(&[0], false));
+    agree(&[&r], &[NAN], |x| x[0].mul(2.0)?.max([0], false));
+    agree(&[&r], &[NAN], |x| x[0].add(1.0)?.min([0], false));
 }
 
 /// Float `max`/`min` reductions are lowered with a plain body, which XLA's
@@ -132,12 +128,12 @@ fn max_and_min_reductions_propagate_nan_at_every_position() {
                         .unwrap();
                     for axis in [None, Some(0usize), Some(1)] {
                         let reduce = |max: bool| -> Vec<f32> {
-                            let y = x.mul_scalar(2.0).unwrap();
+                            let y = x.mul(2.0).unwrap();
                             let y = match (axis, max) {
-                                (None, true) => y.max_all(),
-                                (None, false) => y.min_all(),
-                                (Some(a), true) => y.max(&[a as isize], false),
-                                (Some(a), false) => y.min(&[a as isize], false),
+                                (None, true) => y.max(.., false),
+                                (None, false) => y.min(.., false),
+                                (Some(a), true) => y.max([a as isize], false),
+                                (Some(a), false) => y.min([a as isize], false),
                             };
                             y.unwrap().to_dtype(DType::F32).unwrap().to_vec().unwrap()
                         };
@@ -218,7 +214,7 @@ fn argmax_picks_the_first_maximum_or_nan_like_the_interpreter() {
                     for (axis, keep) in [(0isize, false), (1, true)] {
                         let run = |d: &lazyfuse::Device| -> Vec<i64> {
                             let x = Tensor::from_slice(&v, &[r, c], d).unwrap();
-                            let x = x.to_dtype(dt).unwrap().mul_scalar(1.0).unwrap();
+                            let x = x.to_dtype(dt).unwrap().mul(1.0).unwrap();
                             x.argmax(axis, keep).unwrap().to_vec().unwrap()
                         };
                         assert_eq!(
@@ -238,7 +234,7 @@ fn argmax_picks_the_first_maximum_or_nan_like_the_interpreter() {
 fn abs_of_nan_is_not_non_negative() {
     let a = [NAN, -1.0, 0.0, -0.0];
     agree(&[&a], &[0.0, 1.0, 1.0, 1.0], |x| {
-        x[0].abs()?.ge_scalar(0.0)?.to_dtype(DType::F32)
+        x[0].abs()?.ge(0.0)?.to_dtype(DType::F32)
     });
 }
 
@@ -275,12 +271,8 @@ fn division_by_a_square_root_is_correctly_rounded() {
 #[test]
 fn adding_zero_to_negative_zero_gives_positive_zero() {
     let z = [-0.0, 1.0, -0.0, NAN];
-    agree(&[&z], &[0.0, 1.0, 0.0, NAN], |x| {
-        x[0].mul_scalar(1.0)?.add_scalar(0.0)
-    });
-    agree(&[&z], &[0.0, 1.0, 0.0, NAN], |x| {
-        x[0].mul_scalar(1.0)?.sub_scalar(-0.0)
-    });
+    agree(&[&z], &[0.0, 1.0, 0.0, NAN], |x| x[0].mul(1.0)?.add(0.0));
+    agree(&[&z], &[0.0, 1.0, 0.0, NAN], |x| x[0].mul(1.0)?.sub(-0.0));
 }
 
 /// Constants are not reassociated: `(x + 1e30) - 1e30` is 0 for small `x`,
@@ -288,9 +280,7 @@ fn adding_zero_to_negative_zero_gives_positive_zero() {
 #[test]
 fn additions_of_constants_are_not_reassociated() {
     let a = [1.0, -2.0, 1e30, 0.5];
-    agree(&[&a], &[0.0, 0.0, 1e30, 0.0], |x| {
-        x[0].add_scalar(1e30)?.sub_scalar(1e30)
-    });
+    agree(&[&a], &[0.0, 0.0, 1e30, 0.0], |x| x[0].add(1e30)?.sub(1e30));
 }
 
 /// A subnormal float constant is stored as zero of its sign, as arithmetic
@@ -310,7 +300,7 @@ fn subnormal_constants_are_zeros_for_the_compiler_too() {
     });
     agree(&[&one], &[-0.0, -0.0], |x| full(-1e-40, &x[0]));
     agree(&[&one], &[f32::NEG_INFINITY; 2], |x| {
-        x[0].mul_scalar(0.0)?.add_scalar(-1e-40)?.log()
+        x[0].mul(0.0)?.add(-1e-40)?.log()
     });
 }
 
@@ -327,12 +317,7 @@ fn strict_fp_turns_multiply_add_contraction_off() {
         let _f = FusionGuard::new(fuse);
         let x = Tensor::from_slice(&[x0; 8], &[8], &dev).unwrap();
         x.realize().unwrap();
-        x.mul(&x)
-            .unwrap()
-            .add_scalar(c)
-            .unwrap()
-            .to_vec::<f32>()
-            .unwrap()[0]
+        x.mul(&x).unwrap().add(c).unwrap().to_vec::<f32>().unwrap()[0]
     };
     // Two roundings: x*x rounds to 1 + 2^-11 exactly, so the sum is 0.
     assert_eq!(run(false).to_bits(), 0.0f32.to_bits());
@@ -388,10 +373,10 @@ fn widened_bf16_subnormals_compare_as_zero_fused_and_unfused() {
         let d = x.to_dtype(DType::F64).unwrap();
         let outs: Vec<Vec<u8>> = vec![
             bools(w.to_dtype(DType::Bool).unwrap()),
-            bools(w.ne(&zeros(DType::F32)).unwrap()),
-            bools(w.eq(&zeros(DType::F32)).unwrap()),
+            bools(w.ne(zeros(DType::F32)).unwrap()),
+            bools(w.eq(zeros(DType::F32)).unwrap()),
             bools(d.to_dtype(DType::Bool).unwrap()),
-            bools(d.eq(&zeros(DType::F64)).unwrap()),
+            bools(d.eq(zeros(DType::F64)).unwrap()),
             bools(x.to_dtype(DType::Bool).unwrap()),
             w.to_vec::<f32>()
                 .unwrap()

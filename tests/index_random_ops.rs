@@ -62,7 +62,7 @@ fn rand_uniform_is_the_same_everywhere() {
                     &op,
                     &[s],
                     0.0,
-                    &|t| Tensor::rand_uniform(&t[0], dims, dt),
+                    &|t| Tensor::rand_uniform(dims, dt, seed as u64, t[0].device()),
                 );
             }
         }
@@ -100,8 +100,12 @@ fn bad_index_and_seed_operands_are_errors() {
     assert!(x
         .index_select(2, &Tensor::zeros(&[1], DType::I64, &d).unwrap())
         .is_err());
+    assert!(Tensor::rand_uniform(&[2], DType::I32, 1, &d).is_err());
+    // A seed of another dtype is an error of the op itself.
     let s32 = Tensor::zeros(&[], DType::I32, &d).unwrap();
-    assert!(Tensor::rand_uniform(&s32, &[2], DType::F32).is_err());
-    let s = Tensor::seed(1, &d).unwrap();
-    assert!(Tensor::rand_uniform(&s, &[2], DType::I32).is_err());
+    let op = Op::RandomUniform {
+        shape: Shape::new(&[2]),
+        dtype: DType::F32,
+    };
+    assert!(Tensor::apply_op(op, &[&s32]).is_err());
 }

@@ -37,7 +37,7 @@ fn nothing_compiles_before_a_sync_point() {
     let d = dev();
     let x = Tensor::from_slice(&data(37, 0.1), &[37], &d).unwrap();
     let before = snapshot();
-    let y = x.exp().unwrap().mul(&x).unwrap().add_scalar(3.0).unwrap();
+    let y = x.exp().unwrap().mul(&x).unwrap().add(3.0).unwrap();
     let mid = snapshot();
     assert_eq!(mid.compiles, before.compiles, "recording must not compile");
     assert_eq!(
@@ -69,7 +69,7 @@ fn a_loop_recording_the_same_ops_compiles_once() {
         // The learning rate changes every step: lifted scalars are region
         // parameters, so this never recompiles.
         let lr = 0.5 / (1.0 + step as f64);
-        p = p.sub(&g.mul_scalar(lr).unwrap()).unwrap();
+        p = p.sub(g.mul(lr).unwrap()).unwrap();
         p.realize().unwrap();
     }
     let after = snapshot();
@@ -128,10 +128,10 @@ fn dropped_intermediates_are_not_materialised() {
     let d = dev();
     let x = Tensor::from_slice(&data(47, 0.4), &[47], &d).unwrap();
     // Warm the lifted-scalar cache so only computed values count below.
-    x.mul_scalar(2.0).unwrap().realize().unwrap();
+    x.mul(2.0).unwrap().realize().unwrap();
     let live_before = snapshot().live_buffers;
     let a = x.exp().unwrap();
-    let b = a.mul_scalar(2.0).unwrap();
+    let b = a.mul(2.0).unwrap();
     let c = b.add(&x).unwrap();
     drop(a);
     drop(b);
@@ -149,12 +149,12 @@ fn live_buffers_stay_flat_over_a_thousand_iterations() {
     // Warm-up past the scalar-pack cache's idle bound, so the packs of
     // earlier tests in this process are released before `start`.
     for _ in 0..100 {
-        p = p.sub(&g.mul_scalar(0.01).unwrap()).unwrap();
+        p = p.sub(g.mul(0.01).unwrap()).unwrap();
         p.realize().unwrap();
     }
     let start = snapshot().live_buffers;
     for _ in 0..1000 {
-        p = p.sub(&g.mul_scalar(0.01).unwrap()).unwrap();
+        p = p.sub(g.mul(0.01).unwrap()).unwrap();
         p.realize().unwrap();
     }
     let end = snapshot().live_buffers;
@@ -170,7 +170,7 @@ fn pending_tensor_used_on_another_thread() {
     assert!(y.is_pending());
     let y2 = y.clone();
     let got = std::thread::spawn(move || {
-        let z = y2.add_scalar(1.0).unwrap(); // flushes the owner's graph first
+        let z = y2.add(1.0).unwrap(); // flushes the owner's graph first
         z.to_vec::<f32>().unwrap()
     })
     .join()
@@ -188,11 +188,11 @@ fn many_threads_share_tensors() {
         .map(|t| {
             let p = pending.clone();
             std::thread::spawn(move || {
-                let mut acc = p.mul_scalar(t as f64).unwrap();
+                let mut acc = p.mul(t as f64).unwrap();
                 for _ in 0..10 {
                     acc = acc.add(&p).unwrap();
                 }
-                acc.sum_all().unwrap().item::<f32>().unwrap()
+                acc.sum(.., false).unwrap().item::<f32>().unwrap()
             })
         })
         .collect();
@@ -215,7 +215,7 @@ fn fusion_off_runs_every_op_when_recorded() {
     let before = snapshot();
     let y = x.exp().unwrap();
     assert!(!y.is_pending(), "unfused ops are flushed when recorded");
-    let z = y.add_scalar(1.0).unwrap().sqrt().unwrap();
+    let z = y.add(1.0).unwrap().sqrt().unwrap();
     assert!(!z.is_pending());
     z.realize().unwrap();
     let after = snapshot();
@@ -238,15 +238,13 @@ fn fused_equals_unfused_on_multi_op_programs() {
         let x = Tensor::from_slice(&data(6 * 5, 0.9), &[6, 5], &d).unwrap();
         let w = Tensor::from_slice(&data(5 * 4, 1.3), &[5, 4], &d).unwrap();
         let h = x.matmul(&w).unwrap().gelu().unwrap();
-        let mu = h.mean(&[-1], true).unwrap();
+        let mu = h.mean([-1], true).unwrap();
         let c = h.sub(&mu).unwrap();
-        let var = c.mul(&c).unwrap().mean(&[-1], true).unwrap();
-        let n = c
-            .div(&var.add_scalar(1e-5).unwrap().sqrt().unwrap())
-            .unwrap();
+        let var = c.mul(&c).unwrap().mean([-1], true).unwrap();
+        let n = c.div(var.add(1e-5).unwrap().sqrt().unwrap()).unwrap();
         let m = n
             .maximum(
-                &n.transpose(0, 1)
+                n.transpose(0, 1)
                     .unwrap()
                     .narrow(0, 0, 1)
                     .unwrap()
@@ -257,7 +255,7 @@ fn fused_equals_unfused_on_multi_op_programs() {
             )
             .unwrap();
         let sel = m
-            .gt_scalar(0.0)
+            .gt(0.0)
             .unwrap()
             .where_cond(&m, &m.neg().unwrap())
             .unwrap();
@@ -285,7 +283,7 @@ fn graph_cap_flushes_long_recordings() {
     let before = snapshot();
     let mut x = Tensor::from_slice(&data(61, 1.0), &[61], &d).unwrap();
     for _ in 0..120 {
-        x = x.mul_scalar(1.0001).unwrap();
+        x = x.mul(1.0001).unwrap();
     }
     let v = x.to_vec::<f32>().unwrap();
     lazyfuse::set_max_pending_ops(old);
@@ -324,11 +322,11 @@ fn creation_ops_are_lazy_and_fuse() {
         .unwrap();
     assert_eq!(a, b, "seeded rand is deterministic");
     let n = Tensor::randn(&[4000], 3, &d).unwrap();
-    let mean = n.mean_all().unwrap().item::<f32>().unwrap();
+    let mean = n.mean(.., false).unwrap().item::<f32>().unwrap();
     let var = n
         .mul(&n)
         .unwrap()
-        .mean_all()
+        .mean(.., false)
         .unwrap()
         .item::<f32>()
         .unwrap();
@@ -343,7 +341,7 @@ fn display_shows_values() {
     let d = dev();
     let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2], &d).unwrap();
     assert_eq!(format!("{x}"), "[[1.0, 2.0], [3.0, 4.0]] f32[2, 2]");
-    let b = x.gt_scalar(2.0).unwrap();
+    let b = x.gt(2.0).unwrap();
     assert_eq!(format!("{b}"), "[[false, false], [true, true]] bool[2, 2]");
     let i = Tensor::from_slice(&[7i32], &[], &d).unwrap();
     assert_eq!(format!("{i:?}"), "Tensor(7 i32[])");
@@ -357,7 +355,7 @@ fn a_flush_returns_at_once_and_later_graphs_use_in_flight_results() {
     let mut y = x.clone();
     let mut expect = data(67, 1.1);
     for k in 0..5 {
-        y = y.mul_scalar(0.5).unwrap().add_scalar(k as f64).unwrap();
+        y = y.mul(0.5).unwrap().add(k as f64).unwrap();
         for e in &mut expect {
             *e = *e * 0.5 + k as f32;
         }
@@ -384,7 +382,7 @@ fn a_read_with_nothing_queued_runs_on_the_reading_thread() {
     let counted = u64::from(!lazyfuse::launch_blocking());
     let inline = || snapshot().flushes_inline;
     let before = inline();
-    let y = x.mul_scalar(3.0).unwrap().add_scalar(1.0).unwrap();
+    let y = x.mul(3.0).unwrap().add(1.0).unwrap();
     let got = y.to_vec::<f32>().unwrap();
     assert_eq!(inline() - before, counted, "an idle read runs here");
     for (g, e) in got.iter().zip(data(64, 0.3)) {
@@ -397,10 +395,10 @@ fn a_read_with_nothing_queued_runs_on_the_reading_thread() {
     // follows may find it still queued or running.
     let mut w = x.clone();
     for _ in 0..400 {
-        w = w.mul_scalar(1.0001).unwrap().sin().unwrap();
+        w = w.mul(1.0001).unwrap().sin().unwrap();
     }
     lazyfuse::flush();
-    let v = w.add_scalar(1.0).unwrap().to_vec::<f32>().unwrap();
+    let v = w.add(1.0).unwrap().to_vec::<f32>().unwrap();
     let mut expect = data(64, 0.3);
     for e in &mut expect {
         for _ in 0..400 {
@@ -413,9 +411,9 @@ fn a_read_with_nothing_queued_runs_on_the_reading_thread() {
     }
     // Another thread uses a value this thread reads at the same time.
     let big = Tensor::from_slice(&data(1 << 16, 0.9), &[1 << 16], &d).unwrap();
-    let s = big.exp().unwrap().sum(&[0], false).unwrap();
+    let s = big.exp().unwrap().sum([0], false).unwrap();
     let t = s.clone();
-    let reader = std::thread::spawn(move || t.mul_scalar(2.0).unwrap().item::<f32>().unwrap());
+    let reader = std::thread::spawn(move || t.mul(2.0).unwrap().item::<f32>().unwrap());
     let here = s.item::<f32>().unwrap();
     let there = reader.join().unwrap();
     assert_eq!(there, here * 2.0);
@@ -430,7 +428,7 @@ fn reads_of_host_memory_buffers_are_in_place() {
     let d = dev();
     let x = Tensor::from_slice(&data(12, 0.2), &[3, 4], &d).unwrap();
     let before = snapshot();
-    let t = x.permute(&[1, 0]).unwrap().mul_scalar(2.0).unwrap();
+    let t = x.permute(&[1, 0]).unwrap().mul(2.0).unwrap();
     let got = t.to_vec::<f32>().unwrap();
     let host = data(12, 0.2);
     let expect: Vec<f32> = (0..4)
@@ -438,7 +436,7 @@ fn reads_of_host_memory_buffers_are_in_place() {
         .map(|(i, j)| host[i * 4 + j] * 2.0)
         .collect();
     assert_eq!(got, expect);
-    let pos = x.gt_scalar(0.0).unwrap().to_vec::<bool>().unwrap();
+    let pos = x.gt(0.0).unwrap().to_vec::<bool>().unwrap();
     assert_eq!(pos, host.iter().map(|&v| v > 0.0).collect::<Vec<_>>());
     let idx = x.argmax(1, false).unwrap().to_vec::<i64>().unwrap();
     assert_eq!(idx.len(), 3);
@@ -518,7 +516,7 @@ fn cross_thread_recording_never_hangs() {
                     let mine = slots[t].lock().unwrap().clone();
                     // Depends on `other` (pending in its owner's graph, or in
                     // flight), but its value is `mine + 1` whatever the timing.
-                    let next = mine.add(&other.mul_scalar(0.0)?)?.add_scalar(1.0)?;
+                    let next = mine.add(&other.mul(0.0)?)?.add(1.0)?;
                     *slots[t].lock().unwrap() = next.clone();
                     if r % 3 != 2 {
                         lazyfuse::flush();
@@ -576,7 +574,7 @@ fn held_scalars_are_uploaded_with_their_values() {
         );
         let (s2, n2) = (s.clone(), n.clone());
         let there = std::thread::spawn(move || {
-            let a = s2.add_scalar(1.0).unwrap().item::<f32>().unwrap();
+            let a = s2.add(1.0).unwrap().item::<f32>().unwrap();
             (a, n2.item::<i64>().unwrap())
         })
         .join()

@@ -24,7 +24,7 @@ fn workload(d: &Device) {
         .unwrap()
         .tanh()
         .unwrap()
-        .sum(&[-1], false)
+        .sum([-1], false)
         .unwrap();
     let got = y.to_vec::<f32>().unwrap();
     for (r, g) in got.iter().enumerate() {
@@ -39,7 +39,7 @@ fn workload(d: &Device) {
         assert!((g - want).abs() < 1e-4, "row {r}: {g} vs {want}");
     }
     // Region 2: exp, scale, column means.
-    let z = (x.exp().unwrap() * 2.0).unwrap().mean(&[0], false).unwrap();
+    let z = (x.exp().unwrap() * 2.0).unwrap().mean([0], false).unwrap();
     let got = z.to_vec::<f32>().unwrap();
     for (c, g) in got.iter().enumerate() {
         let want = (0..6).map(|r| 2.0 * xs[r * 8 + c].exp()).sum::<f32>() / 6.0;
@@ -49,13 +49,7 @@ fn workload(d: &Device) {
         );
     }
     // Region 3: max over everything of |x| - 1.
-    let m = x
-        .abs()
-        .unwrap()
-        .add_scalar(-1.0)
-        .unwrap()
-        .max_all()
-        .unwrap();
+    let m = x.abs().unwrap().add(-1.0).unwrap().max(.., false).unwrap();
     let want = xs.iter().map(|v| v.abs() - 1.0).fold(f32::MIN, f32::max);
     assert_eq!(m.item::<f32>().unwrap(), want);
 }
@@ -96,7 +90,7 @@ fn child_spmd_workload() {
     let xs: Vec<f32> = (0..48).map(|i| (i as f32 - 20.0) / 16.0).collect();
     let x = Tensor::from_slice(&xs, &[6, 8], &d).unwrap();
     let xsh = x.shard(&mesh, &[Some("dp"), None]).unwrap();
-    let y = xsh.exp().unwrap().sum(&[0], false).unwrap();
+    let y = xsh.exp().unwrap().sum([0], false).unwrap();
     let got = y.to_vec::<f32>().unwrap();
     for (c, g) in got.iter().enumerate() {
         let want: f32 = (0..6).map(|r| xs[r * 8 + c].exp()).sum();
@@ -238,7 +232,7 @@ fn a_changing_shape_recompiles_once_and_says_why() {
         )
         .unwrap();
         let line = line!() + 1;
-        let y = (x.sin().unwrap() * 3.0).unwrap().sum(&[-1], false).unwrap();
+        let y = (x.sin().unwrap() * 3.0).unwrap().sum([-1], false).unwrap();
         (line, y.to_vec::<f32>().unwrap())
     };
     let before = metrics::snapshot();
@@ -287,9 +281,9 @@ fn a_changing_shape_recompiles_once_and_says_why() {
     let y64 = x64
         .sin()
         .unwrap()
-        .mul_scalar(3.0)
+        .mul(3.0)
         .unwrap()
-        .sum(&[-1], false)
+        .sum([-1], false)
         .unwrap();
     y64.to_vec::<f64>().unwrap();
     let dtype = Cause::DType as usize;
@@ -384,7 +378,7 @@ fn child_launch_blocking() {
         let bad = x.sqrt().unwrap().floor().unwrap();
         // Fused, the dependent fails at the read; unfused, floor already
         // ran (and failed) when recorded, so using it is the error.
-        let r = bad.mul_scalar(2.0).and_then(|t| t.to_vec::<f32>());
+        let r = bad.mul(2.0).and_then(|t| t.to_vec::<f32>());
         lazyfuse::testing::inject_execution_fault(None);
         let e = r.expect_err("the injected fault fails the execution");
         expect_at(&e, "execution", "floor", line);
@@ -396,11 +390,11 @@ fn child_launch_blocking() {
         lazyfuse::testing::inject_compile_fault(Some("rsqrt"));
         let line = line!() + 1;
         let bad = x.sqrt().unwrap().rsqrt().unwrap();
-        let r = bad.add_scalar(1.0).and_then(|t| t.to_vec::<f32>());
+        let r = bad.add(1.0).and_then(|t| t.to_vec::<f32>());
         lazyfuse::testing::inject_compile_fault(None);
         expect_at(&r.expect_err("compile fault"), "compile", "rsqrt", line);
         // The runtime stays usable.
-        let ok = x.sqrt().unwrap().floor().unwrap().mul_scalar(2.0).unwrap();
+        let ok = x.sqrt().unwrap().floor().unwrap().mul(2.0).unwrap();
         assert_eq!(ok.to_vec::<f32>().unwrap(), vec![2.0, 4.0, 6.0]);
     }
     print_figures();
@@ -421,11 +415,11 @@ fn recording_timing_is_off_unless_asked() {
     let before = metrics::distribution(metrics::Phase::Record).count;
     metrics::set_timing(true);
     let t = Tensor::zeros(&[4], DType::F32, &d).unwrap();
-    let _ = t.add_scalar(1.0).unwrap();
+    let _ = t.add(1.0).unwrap();
     metrics::set_timing(false);
-    let _ = t.add_scalar(2.0).unwrap();
+    let _ = t.add(2.0).unwrap();
     let after = metrics::distribution(metrics::Phase::Record).count;
     assert!(after > before, "timed while on");
-    let _ = t.add_scalar(3.0).unwrap();
+    let _ = t.add(3.0).unwrap();
     assert_eq!(metrics::distribution(metrics::Phase::Record).count, after);
 }

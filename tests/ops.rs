@@ -169,11 +169,11 @@ fn scalar_operands_and_overloads() {
         }
     };
     check(
-        "add_scalar",
+        "t.add(1.5)",
         &Op::Binary(BinaryOp::Add),
         &s(BinaryOp::Add, 1.5, false),
         1.0,
-        &|t| t[0].add_scalar(1.5),
+        &|t| t[0].add(1.5),
     );
     check(
         "t - 2",
@@ -204,32 +204,32 @@ fn scalar_operands_and_overloads() {
         &|t| 1.0 / &t[1],
     );
     check(
-        "pow_scalar",
+        "t.pow(3.0)",
         &Op::Binary(BinaryOp::Pow),
         &s(BinaryOp::Pow, 3.0, false),
         2.0,
-        &|t| t[0].pow_scalar(3.0),
+        &|t| t[0].pow(3.0),
     );
     check(
-        "maximum_scalar",
+        "t.maximum(1.0)",
         &Op::Binary(BinaryOp::Maximum),
         &s(BinaryOp::Maximum, 1.0, false),
         1.0,
-        &|t| t[0].maximum_scalar(1.0),
+        &|t| t[0].maximum(1.0),
     );
     check(
-        "minimum_scalar",
+        "t.minimum(1.0)",
         &Op::Binary(BinaryOp::Minimum),
         &s(BinaryOp::Minimum, 1.0, false),
         1.0,
-        &|t| t[0].minimum_scalar(1.0),
+        &|t| t[0].minimum(1.0),
     );
     check(
-        "ge_scalar",
+        "t.ge(1.0)",
         &Op::Compare(CmpOp::Ge),
         &s(BinaryOp::Add, 1.0, false),
         1.0,
-        &|t| t[0].ge_scalar(1.0),
+        &|t| t[0].ge(1.0),
     );
     check(
         "-t",
@@ -360,10 +360,10 @@ fn reductions() {
                     keepdim,
                 };
                 let api = move |t: &[Tensor]| match r {
-                    ReduceOp::Sum => t[0].sum(axes, keepdim),
-                    ReduceOp::Mean => t[0].mean(axes, keepdim),
-                    ReduceOp::Max => t[0].max(axes, keepdim),
-                    ReduceOp::Min => t[0].min(axes, keepdim),
+                    ReduceOp::Sum => t[0].sum(*axes, keepdim),
+                    ReduceOp::Mean => t[0].mean(*axes, keepdim),
+                    ReduceOp::Max => t[0].max(*axes, keepdim),
+                    ReduceOp::Min => t[0].min(*axes, keepdim),
                 };
                 // Sums of 60 terms: allow the accumulation-order difference.
                 check(
@@ -396,10 +396,10 @@ fn reductions() {
             &[h],
             1.0,
             &|t| match r {
-                ReduceOp::Sum => t[0].sum_all(),
-                ReduceOp::Mean => t[0].mean_all(),
-                ReduceOp::Max => t[0].max_all(),
-                ReduceOp::Min => t[0].min_all(),
+                ReduceOp::Sum => t[0].sum(.., false),
+                ReduceOp::Mean => t[0].mean(.., false),
+                ReduceOp::Max => t[0].max(.., false),
+                ReduceOp::Min => t[0].min(.., false),
             },
         );
         let h = with_specials(random_host(&mut rng, &[2, 8], DType::F32, -1.0, 1.0));
@@ -420,7 +420,7 @@ fn reductions() {
         keepdim: false,
     };
     check("sum(zero-size axis)", &op, &[h], 1.0, &|t| {
-        t[0].sum(&[1], false)
+        t[0].sum([1], false)
     });
 }
 

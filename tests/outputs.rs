@@ -35,17 +35,15 @@ fn randn(dims: &[usize], seed: u64) -> Tensor {
 
 fn gelu(x: &Tensor) -> Result<Tensor> {
     let x3 = x.mul(x)?.mul(x)?;
-    let inner = x
-        .add(&x3.mul_scalar(0.044715)?)?
-        .mul_scalar(0.7978845608028654)?;
-    x.mul_scalar(0.5)?.mul(&inner.tanh()?.add_scalar(1.0)?)
+    let inner = x.add(&x3.mul(0.044715)?)?.mul(0.7978845608028654)?;
+    x.mul(0.5)?.mul(&inner.tanh()?.add(1.0)?)
 }
 
 fn layer_norm(h: &Tensor, g: &Tensor, b: &Tensor) -> Result<Tensor> {
-    let mu = h.mean(&[-1], true)?;
+    let mu = h.mean([-1], true)?;
     let c = h.sub(&mu)?;
-    let var = c.mul(&c)?.mean(&[-1], true)?;
-    c.div(&var.add_scalar(1e-5)?.sqrt()?)?.mul(g)?.add(b)
+    let var = c.mul(&c)?.mean([-1], true)?;
+    c.div(&var.add(1e-5)?.sqrt()?)?.mul(g)?.add(b)
 }
 
 /// Values written per iteration of `step`, for each of `iters` iterations.
@@ -127,8 +125,8 @@ fn transformer_block_writes_one_output_after_warm_up() {
 fn left_out_h(x: &Tensor) -> (Tensor, Tensor) {
     let mut out = None;
     for _ in 0..6 {
-        let h = x.exp().unwrap().add_scalar(1.0).unwrap();
-        let y = h.log().unwrap().sum_all().unwrap();
+        let h = x.exp().unwrap().add(1.0).unwrap();
+        let y = h.log().unwrap().sum(.., false).unwrap();
         y.realize().unwrap();
         out = Some((h, y));
     }
@@ -170,7 +168,7 @@ fn left_out_tensor_used_in_a_later_graph_is_correct() {
     let (h, _y) = left_out_h(&x);
     assert!(h.is_pending());
     let r0 = snapshot().recomputes;
-    let z = h.mul_scalar(2.0).unwrap();
+    let z = h.mul(2.0).unwrap();
     let want: Vec<f32> = expected_h(&x).iter().map(|v| v * 2.0).collect();
     assert_close(&z.to_vec::<f32>().unwrap(), &want);
     assert_eq!(snapshot().recomputes - r0, 1);
@@ -184,7 +182,7 @@ fn left_out_tensor_read_on_another_thread_is_correct() {
     let (h, _y) = left_out_h(&x);
     assert!(h.is_pending());
     let h2 = h.clone();
-    let got = std::thread::spawn(move || h2.add_scalar(0.5).unwrap().to_vec::<f32>().unwrap())
+    let got = std::thread::spawn(move || h2.add(0.5).unwrap().to_vec::<f32>().unwrap())
         .join()
         .unwrap();
     let want: Vec<f32> = expected_h(&x).iter().map(|v| v + 0.5).collect();
@@ -201,8 +199,8 @@ fn misprediction_settles_without_oscillating() {
     let mut recomputes = Vec::new();
     for i in 0..64 {
         let r0 = snapshot().recomputes;
-        let h = x.exp().unwrap().add_scalar(1.0).unwrap();
-        let y = h.log().unwrap().sum_all().unwrap();
+        let h = x.exp().unwrap().add(1.0).unwrap();
+        let y = h.log().unwrap().sum(.., false).unwrap();
         y.realize().unwrap();
         if i % 4 == 3 {
             assert_close(&h.to_vec::<f32>().unwrap(), &expected_h(&x));
@@ -245,9 +243,9 @@ fn ten_thousand_iterations_stay_flat() {
     let x = randn(&[8], 9);
     let mut p = Tensor::zeros(&[8], DType::F32, &dev()).unwrap();
     let samples = flat_samples(flat_iters(), |_| {
-        let h = x.mul_scalar(0.5).unwrap(); // never read: left out
+        let h = x.mul(0.5).unwrap(); // never read: left out
         let t = h.tanh().unwrap();
-        p = p.add(&t).unwrap().mul_scalar(0.5).unwrap();
+        p = p.add(&t).unwrap().mul(0.5).unwrap();
         p.realize().unwrap();
     });
     assert_flat(&samples);
@@ -271,7 +269,7 @@ fn per_step_scalars_stay_flat() {
     let mut p = Tensor::zeros(&[8], DType::F32, &dev()).unwrap();
     let samples = flat_samples(flat_iters(), |i| {
         let lr = 1e-3 / ((i + 1) as f64).sqrt();
-        p = p.sub(&g.mul_scalar(lr).unwrap()).unwrap();
+        p = p.sub(g.mul(lr).unwrap()).unwrap();
         p.realize().unwrap();
     });
     assert_flat(&samples);
@@ -287,7 +285,7 @@ fn program_trace() -> Vec<u64> {
         let before = snapshot().region_outputs;
         let a = x.sin().unwrap();
         let b = a.mul(&x).unwrap();
-        let c = b.add_scalar(1.0).unwrap().sum_all().unwrap();
+        let c = b.add(1.0).unwrap().sum(.., false).unwrap();
         c.realize().unwrap();
         trace.push(snapshot().region_outputs - before);
     }
@@ -439,11 +437,11 @@ fn backward_uses_forward_outputs_however_they_are_held() {
             let h = a.tanh().unwrap();
             let z = h.matmul(&w2).unwrap();
             let e = z.exp().unwrap();
-            (e.mean_all().unwrap(), vec![a, h, z, e])
+            (e.mean(.., false).unwrap(), vec![a, h, z, e])
         } else {
             let e = x.matmul(&w1).unwrap().tanh().unwrap();
             let e = e.matmul(&w2).unwrap().exp().unwrap();
-            (e.mean_all().unwrap(), Vec::new())
+            (e.mean(.., false).unwrap(), Vec::new())
         };
         // A read before backward: the forward runs, and nothing but the
         // grad nodes (and `held`) keeps its intermediates.

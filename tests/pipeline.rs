@@ -114,9 +114,9 @@ fn outputs_per_iteration(slow: bool) -> Vec<u64> {
         .map(|i| {
             let before = snapshot().region_outputs;
             let queued = slow.then(|| slow_job(&a));
-            let h = w.tanh().unwrap().mul_scalar(i as f64).unwrap();
+            let h = w.tanh().unwrap().mul(i as f64).unwrap();
             acc = acc.mul(&w).unwrap().add(&h).unwrap().sin().unwrap();
-            acc.sum_all().unwrap().to_vec::<f32>().unwrap();
+            acc.sum(.., false).unwrap().to_vec::<f32>().unwrap();
             drop(h);
             drop(queued);
             snapshot().region_outputs - before - u64::from(slow)

@@ -94,13 +94,7 @@ fn child() {
     let mut x = lazyfuse::Tensor::from_slice(&[0.5f32, -1.0, 2.0, 3.5], &[4], &d).unwrap();
     let mut seen = Vec::new();
     for _ in 0..20 {
-        x = x
-            .mul_scalar(1.5)
-            .unwrap()
-            .tanh()
-            .unwrap()
-            .add_scalar(0.25)
-            .unwrap();
+        x = x.mul(1.5).unwrap().tanh().unwrap().add(0.25).unwrap();
         seen.extend(x.to_vec::<f32>().unwrap());
     }
     let bits: Vec<String> = seen.iter().map(|v| v.to_bits().to_string()).collect();

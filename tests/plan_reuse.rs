@@ -62,9 +62,7 @@ fn a_loop_replays_its_plan_with_new_scalars() {
     for t in 1..=steps {
         let bc = 1.0 - 0.9f64.powi(t);
         let lr = 0.01 * t as f64;
-        p = p
-            .sub(&gt.div_scalar(bc).unwrap().mul_scalar(lr).unwrap())
-            .unwrap();
+        p = p.sub(gt.div(bc).unwrap().mul(lr).unwrap()).unwrap();
         p.realize().unwrap();
         for (e, gi) in expect.iter_mut().zip(&g) {
             *e -= (*gi / bc as f32) * lr as f32;
@@ -107,12 +105,8 @@ fn scalars_reaching_one_zero_or_minus_one_compile_nothing_new() {
         (1.0, 0),
     ];
     assert_warm_after(1, &steps, |(c, k)| {
-        let y = x.mul_scalar(c).unwrap().add_scalar(c).unwrap();
-        let z = xi
-            .add_scalar(k as f64)
-            .unwrap()
-            .mul_scalar(k as f64)
-            .unwrap();
+        let y = x.mul(c).unwrap().add(c).unwrap();
+        let z = xi.add(k as f64).unwrap().mul(k as f64).unwrap();
         let (got_y, got_z) = (host(&y), z.to_vec::<i32>().unwrap());
         for (g, x) in got_y.iter().zip(&xs) {
             let want = x * c as f32 + c as f32;
@@ -218,13 +212,13 @@ fn scalars_of_two_dtypes_and_a_donated_buffer() {
         let s = 0.5 + step as f64;
         let j = 2 + step as i64;
         // f32 scalar, i32 scalar, f32 scalar, with the old `a` dying.
-        let ki = kt.mul_scalar(j as f64).unwrap().add_scalar(3.0).unwrap();
+        let ki = kt.mul(j as f64).unwrap().add(3.0).unwrap();
         a = a
-            .mul_scalar(s)
+            .mul(s)
             .unwrap()
-            .add(&ki.to_dtype(lazyfuse::DType::F32).unwrap())
+            .add(ki.to_dtype(lazyfuse::DType::F32).unwrap())
             .unwrap()
-            .sub_scalar(0.25 * s)
+            .sub(0.25 * s)
             .unwrap();
         a.realize().unwrap();
         for (e, &ki) in ea.iter_mut().zip(&k) {

@@ -1,12 +1,14 @@
 //! Region and compile counts on every test backend (in the manner of
 //! kernel-count tests): repeated blocks share one executable, lifted scalars
-//! never recompile, a changed shape compiles exactly once more. Every test
-//! takes `metrics_lock` because it asserts on process-wide counter deltas.
+//! never recompile, a changed shape compiles exactly once more. Structure
+//! (regions, outputs, donations) is asserted on dry-run plans
+//! (`lazyfuse::plan_of`), which need no lock; compile and cache counts
+//! take `metrics_lock`, because they are process-wide counter deltas.
 
 mod common;
 use common::{dev, metrics_lock};
 use lazyfuse::metrics::snapshot;
-use lazyfuse::{sync, FusionGuard, Result, Tensor};
+use lazyfuse::{plan_of, sync, DType, FusionGuard, Result, Tensor};
 
 test_device!(
     adamw_over_200_params_compiles_one_update_region,
@@ -16,7 +18,92 @@ test_device!(
     adam_fused_equals_unfused,
     donation_never_changes_results,
     donation_never_frees_a_buffer_a_live_tensor_holds,
+    a_dry_run_plans_without_running,
+    a_dry_run_sees_layer_groups,
+    a_dry_run_sees_donations,
 );
+
+fn a_dry_run_plans_without_running() {
+    let d = dev();
+    let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2], &d).unwrap();
+    let (y, plan) = plan_of(|| {
+        let e = x.exp().unwrap();
+        e.add(1.0).unwrap().sum(-1, false).unwrap()
+    });
+    assert_eq!(plan.regions.len(), 1, "{plan}");
+    assert_eq!(plan.outputs, 1, "only y is live: {plan}");
+    let ops = &plan.regions[0].ops;
+    for op in ["exp", "add", "sum"] {
+        assert!(ops.contains(&op), "{op} in {plan}");
+    }
+    // Nothing ran: y is still pending, and computes as usual afterwards.
+    assert!(y.is_pending());
+    let want: Vec<f32> = [[1.0f32, 2.0], [3.0, 4.0]]
+        .iter()
+        .map(|r| r.iter().map(|v| v.exp() + 1.0).sum())
+        .collect();
+    let got = y.to_vec::<f32>().unwrap();
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w).abs() <= 1e-5 * w.abs(), "{got:?} vs {want:?}");
+    }
+    // With fusion off every op runs when recorded: nothing is left to plan.
+    let _f = FusionGuard::new(false);
+    let (_, plan) = plan_of(|| x.exp().unwrap());
+    assert!(plan.regions.is_empty(), "{plan}");
+}
+
+fn a_dry_run_sees_layer_groups() {
+    let _f = FusionGuard::new(true);
+    let d = dev();
+    for (layers, regions) in [(2, 1), (8, 3)] {
+        let ws = weights(layers);
+        let x = Tensor::randn(&[2, 12, 20], 1, &d).unwrap();
+        let (_, plan) = plan_of(|| {
+            let mut x = x.clone();
+            for (w1, w2) in &ws {
+                x = block(&x, w1, w2).unwrap();
+            }
+            x.tanh().unwrap()
+        });
+        // Stacked layers run 4 to a region: 2 blocks and the tail are one
+        // region; 8 are two groups of 4 and the tail.
+        assert_eq!(plan.regions.len(), regions, "{layers} layers: {plan}");
+        assert_eq!(plan.regions_with("matmul"), regions.min(2), "{plan}");
+        sync();
+    }
+}
+
+fn a_dry_run_sees_donations() {
+    let _f = FusionGuard::new(true);
+    let d = dev();
+    let x = Tensor::zeros(&[64], DType::F32, &d).unwrap();
+    x.realize().unwrap();
+    // `x` moves in and dies: its buffer only the graph holds, so the
+    // region may write the result of the same type into it.
+    let (y, plan) = plan_of(move || x.add(1.0).unwrap());
+    assert_eq!(plan.donated(), 1, "{plan}");
+    // A live input is never donated.
+    let z = Tensor::zeros(&[64], DType::F32, &d).unwrap();
+    z.realize().unwrap();
+    let (_, plan) = plan_of(|| z.add(1.0).unwrap());
+    assert_eq!(plan.donated(), 0, "{plan}");
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![1.0; 64]);
+}
+
+/// `layers` pairs of realized block weights.
+fn weights(layers: usize) -> Vec<(Tensor, Tensor)> {
+    let d = dev();
+    (0..layers as u64)
+        .map(|i| {
+            let w = |dims: &[usize], seed: u64| {
+                let w = Tensor::randn(dims, seed, &d).unwrap().mul(0.2).unwrap();
+                w.realize().unwrap();
+                w
+            };
+            (w(&[20, 36], 10 + i), w(&[36, 20], 20 + i))
+        })
+        .collect()
+}
 
 struct Adam {
     p: Vec<Tensor>,
@@ -30,10 +117,7 @@ impl Adam {
     fn new(n: usize, dims: &[usize]) -> Adam {
         let d = dev();
         let mk = |seed: u64, scale: f64| -> Tensor {
-            let t = Tensor::randn(dims, seed, &d)
-                .unwrap()
-                .mul_scalar(scale)
-                .unwrap();
+            let t = Tensor::randn(dims, seed, &d).unwrap().mul(scale).unwrap();
             t.realize().unwrap();
             t
         };
@@ -51,18 +135,14 @@ impl Adam {
         let (b1, b2, eps, wd) = (0.9f64, 0.999f64, 1e-8, 0.01);
         let (bc1, bc2) = (1.0 - b1.powi(self.t), 1.0 - b2.powi(self.t));
         for i in 0..self.p.len() {
-            self.m[i] = self.m[i]
-                .mul_scalar(b1)?
-                .add(&self.g[i].mul_scalar(1.0 - b1)?)?;
+            self.m[i] = self.m[i].mul(b1)?.add(&self.g[i].mul(1.0 - b1)?)?;
             self.v[i] = self.v[i]
-                .mul_scalar(b2)?
-                .add(&self.g[i].mul(&self.g[i])?.mul_scalar(1.0 - b2)?)?;
-            let mh = self.m[i].div_scalar(bc1)?;
-            let vh = self.v[i].div_scalar(bc2)?;
-            let upd = mh
-                .div(&vh.sqrt()?.add_scalar(eps)?)?
-                .add(&self.p[i].mul_scalar(wd)?)?;
-            self.p[i] = self.p[i].sub(&upd.mul_scalar(lr)?)?;
+                .mul(b2)?
+                .add(&self.g[i].mul(&self.g[i])?.mul(1.0 - b2)?)?;
+            let mh = self.m[i].div(bc1)?;
+            let vh = self.v[i].div(bc2)?;
+            let upd = mh.div(&vh.sqrt()?.add(eps)?)?.add(&self.p[i].mul(wd)?)?;
+            self.p[i] = self.p[i].sub(&upd.mul(lr)?)?;
         }
         sync();
         Ok(())
@@ -98,13 +178,7 @@ fn changing_one_input_shape_compiles_exactly_once_more() {
     let d = dev();
     let run = |n: usize| {
         let x = Tensor::randn(&[3, n], 7, &d).unwrap();
-        let y = x
-            .tanh()
-            .unwrap()
-            .mul_scalar(3.0)
-            .unwrap()
-            .sum(&[1], false)
-            .unwrap();
+        let y = x.tanh().unwrap().mul(3.0).unwrap().sum([1], false).unwrap();
         y.to_vec::<f32>().unwrap()
     };
     run(29);
@@ -125,10 +199,10 @@ fn changing_one_input_shape_compiles_exactly_once_more() {
 }
 
 fn layer_norm(x: &Tensor) -> Result<Tensor> {
-    let mu = x.mean(&[-1], true)?;
+    let mu = x.mean([-1], true)?;
     let c = x.sub(&mu)?;
-    let var = c.mul(&c)?.mean(&[-1], true)?;
-    c.div(&var.add_scalar(1e-5)?.sqrt()?)
+    let var = c.mul(&c)?.mean([-1], true)?;
+    c.div(&var.add(1e-5)?.sqrt()?)
 }
 
 fn block(x: &Tensor, w1: &Tensor, w2: &Tensor) -> Result<Tensor> {
@@ -140,21 +214,7 @@ fn stack(layers: usize, fuse: bool) -> (Vec<f32>, u64, u64) {
     let _f = FusionGuard::new(fuse);
     let d = dev();
     let mut x = Tensor::randn(&[2, 12, 20], 1, &d).unwrap();
-    let ws: Vec<(Tensor, Tensor)> = (0..layers as u64)
-        .map(|i| {
-            let w1 = Tensor::randn(&[20, 36], 10 + i, &d)
-                .unwrap()
-                .mul_scalar(0.2)
-                .unwrap();
-            let w2 = Tensor::randn(&[36, 20], 20 + i, &d)
-                .unwrap()
-                .mul_scalar(0.2)
-                .unwrap();
-            w1.realize().unwrap();
-            w2.realize().unwrap();
-            (w1, w2)
-        })
-        .collect();
+    let ws = weights(layers);
     let s0 = snapshot();
     for (w1, w2) in &ws {
         x = block(&x, w1, w2).unwrap();
@@ -237,7 +297,7 @@ fn donation_never_changes_results() {
         for step in 0..5 {
             // In-place style update: the old `p` is dropped by the assignment.
             p = p
-                .sub(&g.mul_scalar(0.1 * (step + 1) as f64).unwrap())
+                .sub(g.mul(0.1 * (step + 1) as f64).unwrap())
                 .unwrap()
                 .tanh()
                 .unwrap();
@@ -279,7 +339,7 @@ fn donation_never_frees_a_buffer_a_live_tensor_holds() {
     let mut p = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], &d).unwrap();
     let kept = p.clone(); // a live handle to the same buffer
     let s0 = snapshot();
-    p = p.mul_scalar(10.0).unwrap();
+    p = p.mul(10.0).unwrap();
     p.realize().unwrap();
     assert_eq!(
         snapshot().buffers_donated,
@@ -291,7 +351,7 @@ fn donation_never_frees_a_buffer_a_live_tensor_holds() {
     // Once the last handle is gone, the next update may donate it.
     drop(kept);
     let s1 = snapshot();
-    p = p.add_scalar(1.0).unwrap();
+    p = p.add(1.0).unwrap();
     assert_eq!(p.to_vec::<f32>().unwrap(), vec![11.0, 21.0, 31.0]);
     assert_eq!(snapshot().buffers_donated - s1.buffers_donated, 1);
 }

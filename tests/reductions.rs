@@ -34,9 +34,9 @@ fn a_sum_of_sixteen_million_values_stays_accurate() {
     for fuse in [true, false] {
         let _f = FusionGuard::new(fuse);
         let x = Tensor::from_slice(&v, &[1 << 12, 1 << 12], &xla_dev()).unwrap();
-        let s = x.sum(&[0, 1], false).unwrap().item::<f32>().unwrap();
+        let s = x.sum([0, 1], false).unwrap().item::<f32>().unwrap();
         assert!(rel(s, exact) < 2e-7, "fuse {fuse}: {s} vs {exact}");
-        let m = x.mul_scalar(2.0).unwrap().mean_all().unwrap();
+        let m = x.mul(2.0).unwrap().mean(.., false).unwrap();
         let m = m.item::<f32>().unwrap();
         assert!(rel(m, 2.0 * exact / n as f64) < 2e-7, "mean: {m}");
         bits.push((s.to_bits(), m.to_bits()));
@@ -58,9 +58,9 @@ fn staged_sums_over_a_middle_axis_pad_exactly() {
                 .unwrap()
                 .to_dtype(dtype)
                 .unwrap();
-            let s = x.sum(&[1], true).unwrap();
+            let s = x.sum([1], true).unwrap();
             assert_eq!(s.dims(), vec![a, 1, b]);
-            let m = x.mean(&[1], false).unwrap();
+            let m = x.mean([1], false).unwrap();
             let s = s.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
             let m = m.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
             got.push((s, m));
@@ -85,7 +85,7 @@ fn a_long_sum_over_separate_axes_is_right() {
     let (a, m, b) = (300, 3, 300);
     let v = values(a * m * b, 3);
     let x = Tensor::from_slice(&v, &[a, m, b], &xla_dev()).unwrap();
-    let s = x.sum(&[0, 2], false).unwrap().to_vec::<f32>().unwrap();
+    let s = x.sum([0, 2], false).unwrap().to_vec::<f32>().unwrap();
     for (j, got) in s.iter().enumerate() {
         let exact: f64 = (0..a)
             .flat_map(|i| (0..b).map(move |k| (i * m + j) * b + k))
@@ -140,9 +140,9 @@ fn sums_over_leading_axes_match_the_interpreter() {
                     .map(|f| f.to_bits())
                     .collect()
             };
-            let s1 = read(x.sum(&[0], false).unwrap());
-            let s2 = read(x.sum(&[0, 1], false).unwrap());
-            let m = read(x.mul_scalar(2.0).unwrap().mean(&[0, 1], true).unwrap());
+            let s1 = read(x.sum([0], false).unwrap());
+            let s2 = read(x.sum([0, 1], false).unwrap());
+            let m = read(x.mul(2.0).unwrap().mean([0, 1], true).unwrap());
             results.push((s1, s2, m));
         }
         let (want, fused, unfused) = (&results[0], &results[1], &results[2]);

@@ -21,15 +21,13 @@ fn program() {
     let x = Tensor::randn(&[16, 32], 3, &d).unwrap();
     let g = Tensor::ones(&[32], DType::F32, &d).unwrap();
     for _ in 0..6 {
-        let mu = x.mean(&[-1], true).unwrap();
+        let mu = x.mean([-1], true).unwrap();
         let xc = x.sub(&mu).unwrap();
-        let var = xc.mul(&xc).unwrap().mean(&[-1], true).unwrap();
-        let h = xc
-            .div(&var.add_scalar(1e-5).unwrap().sqrt().unwrap())
-            .unwrap();
+        let var = xc.mul(&xc).unwrap().mean([-1], true).unwrap();
+        let h = xc.div(var.add(1e-5).unwrap().sqrt().unwrap()).unwrap();
         let h = h.mul(&g).unwrap();
         let y = h.gelu().unwrap().add(&x).unwrap();
-        y.sum_all().unwrap().item::<f32>().unwrap();
+        y.sum(.., false).unwrap().item::<f32>().unwrap();
     }
     let m = Mlp::new(11);
     let mut opt = AdamW::new(params_of(&m.params()), 0.01, 0.01).unwrap();
@@ -53,7 +51,7 @@ fn program() {
     for i in 0..4 {
         let up: Vec<f32> = (0..64).map(|k| ((k + i) % 7) as f32).collect();
         let u = Tensor::from_slice(&up, &[64], &d).unwrap();
-        acc = acc.add(&u.tanh().unwrap()).unwrap();
+        acc = acc.add(u.tanh().unwrap()).unwrap();
         lazyfuse::flush();
         drop(u);
     }

@@ -152,7 +152,7 @@ fn axis_index_and_local_ops_run_per_device() {
                 let j = p[0]
                     .axis_index("tp")?
                     .map(|t| t.to_dtype(lazyfuse::DType::F32))?;
-                let ten = j.map(|t| t.mul_scalar(10.0))?;
+                let ten = j.map(|t| t.mul(10.0))?;
                 Ok(vec![p[0].add(&i)?.add(&ten)?])
             },
         )
@@ -205,7 +205,7 @@ fn a_hand_written_tensor_parallel_mlp_equals_one_device_with_gradients() {
         } else {
             x.matmul(&w1).unwrap().relu().unwrap().matmul(&w2).unwrap()
         };
-        let loss = y.mul(&y).unwrap().sum_all().unwrap();
+        let loss = y.mul(&y).unwrap().sum(.., false).unwrap();
         loss.backward().unwrap();
         (
             y.to_vec::<f32>().unwrap(),
@@ -264,7 +264,7 @@ fn misuse_is_an_err_at_the_call_site() {
     );
     let e = mesh
         .shard_map(&[(&x, &[Some("dp"), None])], &[&[None]], |p| {
-            Ok(vec![p[0].map(|t| t.sum_all())?])
+            Ok(vec![p[0].map(|t| t.sum(.., false))?])
         })
         .err()
         .unwrap()
@@ -291,7 +291,7 @@ fn misuse_is_an_err_at_the_call_site() {
     // The graph is still usable.
     let total: f32 = data(48, 11).iter().sum();
     close(
-        &[x.sum_all().unwrap().item::<f32>().unwrap()],
+        &[x.sum(.., false).unwrap().item::<f32>().unwrap()],
         &[total],
         "after the errors",
     );

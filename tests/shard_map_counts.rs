@@ -28,7 +28,7 @@ fn a_manual_step_compiles_once_and_all_reduces_once() {
     let mut steps = Vec::new();
     for step in 0..6 {
         let m0 = lazyfuse::metrics::snapshot();
-        let xs = x.mul_scalar(2.0 + step as f64).unwrap();
+        let xs = x.mul(2.0 + step as f64).unwrap();
         let y = mesh
             .shard_map(
                 &[

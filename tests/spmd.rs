@@ -14,8 +14,8 @@ fn dev8() -> Device {
 /// `relu(x @ w + b)`, its row sums and its total, on tensors of `dev`.
 fn forward(x: &Tensor, w: &Tensor, b: &Tensor) -> (Vec<f32>, Vec<f32>, f32) {
     let h = x.matmul(w).unwrap().add(b).unwrap().relu().unwrap();
-    let rows = h.sum(&[1], false).unwrap();
-    let total = h.sum_all().unwrap();
+    let rows = h.sum([1], false).unwrap();
+    let total = h.sum(.., false).unwrap();
     (
         h.to_vec::<f32>().unwrap(),
         rows.to_vec::<f32>().unwrap(),
@@ -104,11 +104,11 @@ fn shardings_propagate_through_ops() {
     let t = x
         .transpose(0, 1)
         .unwrap()
-        .mul(&x.transpose(0, 1).unwrap())
+        .mul(x.transpose(0, 1).unwrap())
         .unwrap();
     assert_eq!(t.sharding().unwrap().unwrap().spec(), [None, Some("dp")]);
     // Summing the split dimension away replicates.
-    let c = x.sum(&[0], false).unwrap();
+    let c = x.sum([0], false).unwrap();
     assert!(c.sharding().unwrap().unwrap().is_replicated());
     // A one-device tensor is not on a mesh.
     let plain = Tensor::from_slice(&[1.0f32, 2.0], &[2], &d).unwrap();
@@ -150,7 +150,7 @@ fn bad_placements_are_errs_at_the_call_site() {
         e.contains("two device meshes") && e.contains("tests/spmd.rs"),
         "{e}"
     );
-    let (a2, b2) = (a.exp().unwrap(), b.mul_scalar(2.0).unwrap());
+    let (a2, b2) = (a.exp().unwrap(), b.mul(2.0).unwrap());
     assert!(a2.sub(&b2).is_err());
     // Pending values of two meshes are recorded in graphs of their own, so
     // reading one computes it alone.
@@ -163,20 +163,16 @@ fn dropout_on_a_sharded_tensor_drops_the_same_elements() {
     let d = dev8();
     let mesh = Mesh::new(&d, &[("dp", 2), ("tp", 2)]).unwrap();
     let xs = data(8 * 8, 10);
-    let seed = Tensor::from_slice(&[1234i64], &[], &d).unwrap();
+    let seed = lazyfuse::Key::new(1234);
     let x = Tensor::from_slice(&xs, &[8, 8], &d).unwrap();
-    let single = x
-        .dropout(0.5, &seed, true)
-        .unwrap()
-        .to_vec::<f32>()
-        .unwrap();
+    let single = x.dropout(0.5, seed, true).unwrap().to_vec::<f32>().unwrap();
     for spec in [
         [Some("dp"), None],
         [Some("dp"), Some("tp")],
         [None, Some("dp")],
     ] {
         let s = x.shard(&mesh, &spec).unwrap();
-        let out = s.dropout(0.5, &seed, true).unwrap();
+        let out = s.dropout(0.5, seed, true).unwrap();
         // The counter-based generator counts global element indices.
         assert_eq!(out.to_vec::<f32>().unwrap(), single, "{spec:?}");
     }
@@ -239,7 +235,13 @@ fn a_split_parameters_gradient_is_split_like_it() {
         .shard(&mesh, &[Some("dp"), None])
         .unwrap();
     w.set_requires_grad(true).unwrap();
-    let loss = x.matmul(&w).unwrap().tanh().unwrap().sum_all().unwrap();
+    let loss = x
+        .matmul(&w)
+        .unwrap()
+        .tanh()
+        .unwrap()
+        .sum(.., false)
+        .unwrap();
     loss.backward().unwrap();
     let g = w.grad().unwrap();
     let want = {
@@ -250,7 +252,7 @@ fn a_split_parameters_gradient_is_split_like_it() {
             .unwrap()
             .tanh()
             .unwrap()
-            .sum_all()
+            .sum(.., false)
             .unwrap()
             .backward()
             .unwrap();

@@ -33,7 +33,7 @@ fn data_parallel_sgd_equals_single_device_and_compiles_once() {
                 y = y.shard(&mesh, &[Some("dp"), None]).unwrap();
             }
             let diff = model.forward(&x).unwrap().sub(&y).unwrap();
-            let loss = diff.mul(&diff).unwrap().mean_all().unwrap();
+            let loss = diff.mul(&diff).unwrap().mean(.., false).unwrap();
             opt.zero_grad();
             loss.backward().unwrap();
             opt.step().unwrap();
@@ -156,7 +156,7 @@ fn mlp_losses(d: &Device, strategy: Strategy) -> Vec<f32> {
         }
         let h = l1.forward(&x).unwrap().relu().unwrap();
         let diff = l2.forward(&h).unwrap().sub(&y).unwrap();
-        let loss = diff.mul(&diff).unwrap().mean_all().unwrap();
+        let loss = diff.mul(&diff).unwrap().mean(.., false).unwrap();
         opt.zero_grad();
         loss.backward().unwrap();
         opt.step().unwrap();
@@ -212,7 +212,7 @@ fn resharding_moves_values_between_devices_not_through_the_host(d: &Device) {
     // A computed value on the mesh reshards too (what it uploads is the
     // lifted scalar 2.0 and its copies, not the array).
     let y = rows
-        .mul_scalar(2.0)
+        .mul(2.0)
         .unwrap()
         .shard(&grid, &[None, Some("dp")])
         .unwrap();

@@ -74,7 +74,7 @@ fn a_scalar_made_fresh_each_step_compiles_nothing_new() {
             opt.zero_grad();
             for micro in 0..2 {
                 let (bx, by) = batch(16, 7 + micro);
-                let loss = m.loss(&bx, &by).unwrap().mul_scalar(v as f64).unwrap();
+                let loss = m.loss(&bx, &by).unwrap().mul(v as f64).unwrap();
                 loss.backward().unwrap();
             }
             opt.step().unwrap();

@@ -158,7 +158,7 @@ fn safetensors_round_trip_is_bit_exact() {
     let path = dir.join("mlp.safetensors");
     nn::save(&path, &params).unwrap();
     for (_, p) in &params {
-        p.set(p.tensor().mul_scalar(3.0).unwrap()).unwrap();
+        p.set(p.tensor().mul(3.0).unwrap()).unwrap();
     }
     nn::load(&path, &params).unwrap();
     for ((n, p), h) in params.iter().zip(&before) {

@@ -57,8 +57,8 @@ const GELU_C: f64 = 0.7978845608028654;
 /// The tanh-approximation GELU spelled out in primitive ops (as the peers do).
 fn gelu(x: &Tensor) -> Result<Tensor> {
     let x3 = x.mul(x)?.mul(x)?;
-    let inner = x.add(&x3.mul_scalar(0.044715)?)?.mul_scalar(GELU_C)?;
-    x.mul_scalar(0.5)?.mul(&inner.tanh()?.add_scalar(1.0)?)
+    let inner = x.add(&x3.mul(0.044715)?)?.mul(GELU_C)?;
+    x.mul(0.5)?.mul(&inner.tanh()?.add(1.0)?)
 }
 
 fn materialized(t: Tensor) -> Result<Tensor> {
@@ -75,10 +75,10 @@ fn gelu_chain(dev: &Device) -> Result<Step> {
 }
 
 fn layer_norm(h: &Tensor, g: &Tensor, b: &Tensor) -> Result<Tensor> {
-    let mu = h.mean(&[-1], true)?;
+    let mu = h.mean([-1], true)?;
     let c = h.sub(&mu)?;
-    let var = c.mul(&c)?.mean(&[-1], true)?;
-    c.div(&var.add_scalar(1e-5)?.sqrt()?)?.mul(g)?.add(b)
+    let var = c.mul(&c)?.mean([-1], true)?;
+    c.div(&var.add(1e-5)?.sqrt()?)?.mul(g)?.add(b)
 }
 
 fn layernorm_gelu(dev: &Device) -> Result<Step> {
@@ -142,7 +142,7 @@ fn adam_200_small(dev: &Device) -> Result<Step> {
         .map(|i| Tensor::randn(&[64, 64], 10 + i, dev))
         .collect::<Result<_>>()?;
     let g: Vec<Tensor> = (0..n)
-        .map(|i| materialized(Tensor::randn(&[64, 64], 1000 + i, dev)?.mul_scalar(0.01)?))
+        .map(|i| materialized(Tensor::randn(&[64, 64], 1000 + i, dev)?.mul(0.01)?))
         .collect::<Result<_>>()?;
     let mut m: Vec<Tensor> = (0..n)
         .map(|_| materialized(Tensor::zeros(&[64, 64], DType::F32, dev)?))
@@ -154,16 +154,12 @@ fn adam_200_small(dev: &Device) -> Result<Step> {
         t += 1;
         let (bc1, bc2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
         for i in 0..n as usize {
-            m[i] = m[i].mul_scalar(b1)?.add(&g[i].mul_scalar(1.0 - b1)?)?;
-            v[i] = v[i]
-                .mul_scalar(b2)?
-                .add(&g[i].mul(&g[i])?.mul_scalar(1.0 - b2)?)?;
-            let mh = m[i].div_scalar(bc1)?;
-            let vh = v[i].div_scalar(bc2)?;
-            let upd = mh
-                .div(&vh.sqrt()?.add_scalar(eps)?)?
-                .add(&p[i].mul_scalar(wd)?)?;
-            p[i] = p[i].sub(&upd.mul_scalar(lr)?)?;
+            m[i] = m[i].mul(b1)?.add(&g[i].mul(1.0 - b1)?)?;
+            v[i] = v[i].mul(b2)?.add(&g[i].mul(&g[i])?.mul(1.0 - b2)?)?;
+            let mh = m[i].div(bc1)?;
+            let vh = v[i].div(bc2)?;
+            let upd = mh.div(&vh.sqrt()?.add(eps)?)?.add(&p[i].mul(wd)?)?;
+            p[i] = p[i].sub(&upd.mul(lr)?)?;
         }
         // Like torch_xla.sync(): materialise every parameter and moment.
         sync();
@@ -176,7 +172,7 @@ fn transformer_block_fwd(dev: &Device) -> Result<Step> {
     let (b, t, c, nh) = (8usize, 128usize, 256usize, 4usize);
     let hd = c / nh;
     let lin = |i: usize, o: usize, seed: u64| -> Result<Tensor> {
-        materialized(Tensor::randn(&[i, o], seed, dev)?.mul_scalar(1.0 / (i as f64).sqrt())?)
+        materialized(Tensor::randn(&[i, o], seed, dev)?.mul(1.0 / (i as f64).sqrt())?)
     };
     let x = Tensor::randn(&[b, t, c], 20, dev)?;
     let (wqkv, wo, w1, w2) = (
@@ -204,10 +200,10 @@ fn transformer_block_fwd(dev: &Device) -> Result<Step> {
         let (q, k, v) = (heads(0)?, heads(1)?, heads(2)?);
         let att = q
             .matmul(&k.transpose(-2, -1)?)?
-            .mul_scalar(1.0 / (hd as f64).sqrt())?;
+            .mul(1.0 / (hd as f64).sqrt())?;
         let att = mask.where_cond(&neg_inf, &att)?;
-        let e = att.sub(&att.max(&[-1], true)?)?.exp()?;
-        let att = e.div(&e.sum(&[-1], true)?)?;
+        let e = att.sub(&att.max([-1], true)?)?.exp()?;
+        let att = e.div(&e.sum([-1], true)?)?;
         let y = att
             .matmul(&v)?
             .permute(&[0, 2, 1, 3])?
@@ -247,7 +243,7 @@ fn decode_kv(dev: &Device) -> Result<Step> {
     let mut seed = 30;
     let mut w = |dims: &[usize]| -> Result<Tensor> {
         seed += 1;
-        materialized(Tensor::randn(dims, seed, &dev)?.mul_scalar(0.02)?)
+        materialized(Tensor::randn(dims, seed, &dev)?.mul(0.02)?)
     };
     let ones = |n: usize| materialized(Tensor::ones(&[n], DType::F32, &dev)?);
     let zeros = |n: usize| materialized(Tensor::zeros(&[n], DType::F32, &dev)?);
@@ -294,11 +290,10 @@ fn decode_kv(dev: &Device) -> Result<Step> {
             let s = k.dims()[1];
             let mut att = q
                 .matmul(&k.transpose(-2, -1)?)?
-                .mul_scalar(1.0 / (hd as f64).sqrt())?;
+                .mul(1.0 / (hd as f64).sqrt())?;
             if t > 1 {
                 // Query i sees keys up to i + (s - t).
-                let rows =
-                    Tensor::arange(0.0, t as f64, DType::I32, &dev)?.add_scalar((s - t) as f64)?;
+                let rows = Tensor::arange(0.0, t as f64, DType::I32, &dev)?.add((s - t) as f64)?;
                 let cols = Tensor::arange(0.0, s as f64, DType::I32, &dev)?;
                 let mask = rows.unsqueeze(1)?.lt(&cols.unsqueeze(0)?)?;
                 att = att.masked_fill(&mask, f64::NEG_INFINITY)?;

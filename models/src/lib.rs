@@ -9,16 +9,17 @@
 
 #![warn(missing_docs)]
 
-mod cache;
 pub mod config;
 pub mod generate;
 pub mod llama;
 pub mod tokenizer;
 pub mod weights;
 
-pub use cache::KvCache;
 pub use config::{LlamaConfig, RopeScaling};
 pub use generate::GenerateOptions;
+/// The key/value cache the models decode with: `lazyfuse::nn`'s, in its
+/// fixed-capacity form ([`Llama::new_cache`]).
+pub use lazyfuse::nn::KvCache;
 pub use llama::Llama;
 pub use tokenizer::Tokenizer;
 

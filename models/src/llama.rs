@@ -4,28 +4,12 @@
 //! lazyfuse's public `Tensor` API only, the way a user would write it; the
 //! runtime fuses it.
 
-use crate::cache::KvCache;
 use crate::config::LlamaConfig;
 use crate::weights::Checkpoint;
 use crate::{ModelError, Result};
+use lazyfuse::nn::{KvCache, Linear, Module, Param};
 use lazyfuse::{DType, Device, Tensor};
 use std::path::Path;
-
-/// A linear layer `x @ w (+ b)`, `w` stored `[in, out]`.
-struct Linear {
-    w: Tensor,
-    b: Option<Tensor>,
-}
-
-impl Linear {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = x.matmul(&self.w)?;
-        Ok(match &self.b {
-            Some(b) => y.add(b)?,
-            None => y,
-        })
-    }
-}
 
 /// One decoder layer. The projections that read the same input are stored
 /// side by side (q, k and v; gate and up): a decode step then runs one
@@ -92,14 +76,15 @@ impl Loader<'_> {
             }
             at += out;
         }
+        // Frozen: loaded weights serve inference and record no tape.
         let b = if bias {
-            Some(Tensor::from_slice(&b, &[total], self.dev)?)
+            Some(Param::frozen(Tensor::from_slice(&b, &[total], self.dev)?)?)
         } else {
             None
         };
         Ok(Linear {
-            w: Tensor::from_slice(&t, &[inp, total], self.dev)?,
-            b,
+            weight: Param::frozen(Tensor::from_slice(&t, &[inp, total], self.dev)?)?,
+            bias: b,
         })
     }
 }
@@ -163,7 +148,7 @@ impl Llama {
             }
             embed.transpose(0, 1)?
         } else {
-            l.linear("lm_head", h, c.vocab_size, false)?.w
+            l.linear("lm_head", h, c.vocab_size, false)?.weight.tensor()
         };
         lm_head.realize()?;
         Ok(Llama {
@@ -182,8 +167,8 @@ impl Llama {
     }
 
     fn rms_norm(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
-        let var = x.mul(x)?.mean(&[-1], true)?;
-        Ok(x.mul(&var.add_scalar(self.config.rms_norm_eps)?.rsqrt()?)?
+        let var = x.mul(x)?.mean([-1], true)?;
+        Ok(x.mul(&var.add(self.config.rms_norm_eps)?.rsqrt()?)?
             .mul(w)?)
     }
 
@@ -233,17 +218,16 @@ impl Llama {
     /// (left-padded prompts of different lengths): those columns are never
     /// attended to, and positions count from the first real token.
     pub fn new_padded_cache(&self, pads: &[usize], capacity: usize) -> Result<KvCache> {
-        let batch = pads.len();
         let c = &self.config;
-        let dims = [batch, c.num_key_value_heads, capacity, c.head_dim];
-        let zeros = || Tensor::zeros(&dims, DType::F32, &self.device);
-        let mut k = Vec::with_capacity(c.num_hidden_layers);
-        let mut v = Vec::with_capacity(c.num_hidden_layers);
-        for _ in 0..c.num_hidden_layers {
-            k.push(zeros()?);
-            v.push(zeros()?);
-        }
-        Ok(KvCache::new(k, v, capacity, pads.to_vec()))
+        Ok(KvCache::fixed(
+            c.num_hidden_layers,
+            pads,
+            c.num_key_value_heads,
+            capacity,
+            c.head_dim,
+            DType::F32,
+            &self.device,
+        )?)
     }
 
     /// Logits `[batch, t, vocab]` for the next `t` tokens of every sequence
@@ -266,7 +250,12 @@ impl Llama {
                 cache.batch()
             )));
         }
-        let (pos0, cap) = (cache.len(), cache.capacity());
+        let pos0 = cache.len();
+        let Some(cap) = cache.capacity() else {
+            return Err(ModelError::Config(
+                "forward_cached needs a fixed-capacity cache (Llama::new_cache)".into(),
+            ));
+        };
         if pos0 + t > cap {
             return Err(ModelError::Config(format!(
                 "the cache holds {cap} positions: {pos0} used, {t} more asked for"
@@ -279,17 +268,6 @@ impl Llama {
         // [b, 1, t, cap]: keys a query must not see (later columns, columns
         // not yet written, padding).
         let masked = Tensor::from_slice(&cache.masked(t), &[b, 1, t, cap], dev)?;
-        // Where this chunk's keys and values go: a run-time start, so every
-        // position runs the same executable, and the write touches only the
-        // chunk's rows (in place when the old cache buffer is donated),
-        // where selecting the row into the whole cache would rewrite all of it.
-        let start = Tensor::from_slice(&[pos0 as i32], &[], dev)?;
-        let place = |new: &Tensor, old: &Tensor| -> Result<Tensor> {
-            Ok(Tensor::apply_op(
-                lazyfuse::ir::Op::DynamicUpdateSlice { axis: 2 },
-                &[old, new, &start],
-            )?)
-        };
         let scale = 1.0 / (hd as f64).sqrt();
         for (i, l) in self.layers.iter().enumerate() {
             let h = self.rms_norm(&x, &l.input_norm)?;
@@ -303,16 +281,18 @@ impl Llama {
             let q = Llama::rope(&heads(0, nh)?, &cos, &sin)?;
             let k_new = Llama::rope(&heads(nh, nkv)?, &cos, &sin)?;
             let v_new = heads(nh + nkv, nkv)?;
-            let (k_all, v_all) = cache.layer_mut(i);
-            *k_all = place(&k_new, k_all)?;
-            *v_all = place(&v_new, v_all)?;
+            // Written at a run-time start, so every position runs the same
+            // executable, and the write touches only the chunk's rows (in
+            // place when the old cache buffer is donated), where selecting
+            // the row into the whole cache would rewrite all of it.
+            let (k_all, v_all) = cache.write(i, &k_new, &v_new)?;
             // Grouped-query attention without repeating the keys and values:
             // the `rep` query heads of a kv head (heads `kv * rep + r`) are
             // stacked as `rep * t` rows against that head's keys, so each
             // cached key and value is read once and never copied.
             let rep = nh / nkv;
             let q = q.reshape(&[b, nkv, rep * t, hd])?;
-            let att = q.matmul(&k_all.transpose(-2, -1)?)?.mul_scalar(scale)?;
+            let att = q.matmul(&k_all.transpose(-2, -1)?)?.mul(scale)?;
             // A finite fill: a padding query that sees nothing gets a uniform
             // (finite) row instead of NaN, which would reach real rows as 0 * NaN.
             let att = att
@@ -321,7 +301,7 @@ impl Llama {
                 .softmax(-1)?
                 .reshape(&[b, nkv, rep * t, cap])?;
             let y = att
-                .matmul(v_all)?
+                .matmul(&v_all)?
                 .reshape(&[b, nh, t, hd])?
                 .permute(&[0, 2, 1, 3])?
                 .reshape(&[b, t, nh * hd])?;

@@ -37,8 +37,7 @@ fn unary(u: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor> {
     match u {
         UnaryOp::Neg => g.neg(),
         UnaryOp::Abs => {
-            let sign = (x.gt_scalar(0.0)?.to_dtype(x.dtype())?
-                - x.lt_scalar(0.0)?.to_dtype(x.dtype())?)?;
+            let sign = (x.gt(0.0)?.to_dtype(x.dtype())? - x.lt(0.0)?.to_dtype(x.dtype())?)?;
             g * sign
         }
         UnaryOp::Exp => g * y,
@@ -47,15 +46,15 @@ fn unary(u: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor> {
         UnaryOp::Rsqrt => (g * y.mul(y)?.mul(y)?)? * -0.5,
         UnaryOp::Tanh => g * (1.0 - y.mul(y)?)?,
         UnaryOp::Sigmoid => g * y.mul(&(1.0 - y)?)?,
-        UnaryOp::Relu => pass(&x.gt_scalar(0.0)?, g),
+        UnaryOp::Relu => pass(&x.gt(0.0)?, g),
         UnaryOp::Gelu => {
             // d/dx 0.5x(1+tanh(u)), u = c(x + k x^3):
             // 0.5(1+t) + 0.5x(1-t^2) c(1 + 3k x^2).
             let (c, k) = (0.797_884_560_802_865_4, 0.044715);
             let x2 = x.mul(x)?;
-            let t = (x.add(&x2.mul(x)?.mul_scalar(k)?)? * c)?.tanh()?;
-            let left = ((t.add_scalar(1.0))? * 0.5)?;
-            let du = (x2.mul_scalar(3.0 * k)?.add_scalar(1.0)? * c)?;
+            let t = (x.add(&x2.mul(x)?.mul(k)?)? * c)?.tanh()?;
+            let left = ((t.add(1.0))? * 0.5)?;
+            let du = (x2.mul(3.0 * k)?.add(1.0)? * c)?;
             let right = ((x * 0.5)?.mul(&(1.0 - t.mul(&t)?)?)?).mul(&du)?;
             g * left.add(&right)?
         }
@@ -99,7 +98,7 @@ fn binary(
         BinaryOp::Mul => [when(0, &|| g * c)?, when(1, &|| g * a)?],
         BinaryOp::Div => [when(0, &|| g / c)?, when(1, &|| (g * y)?.div(c)?.neg())?],
         BinaryOp::Pow => [
-            when(0, &|| g.mul(c)?.mul(&a.pow(&c.sub_scalar(1.0)?)?))?,
+            when(0, &|| g.mul(c)?.mul(&a.pow(&c.sub(1.0)?)?))?,
             when(1, &|| g.mul(y)?.mul(&a.log()?))?,
         ],
         BinaryOp::Maximum => [
@@ -138,21 +137,19 @@ fn reduce(op: ReduceOp, axes: &[usize], x: &Tensor, y: &Tensor, g: &Tensor) -> R
 fn index_select(x: &Tensor, idx: &Tensor, axis: usize, g: &Tensor) -> Result<Tensor> {
     let n = x.dims()[axis];
     let k = idx.numel();
-    let idx = idx
-        .maximum_scalar(0.0)?
-        .minimum_scalar(n.saturating_sub(1) as f64)?;
+    let idx = idx.maximum(0.0)?.minimum(n.saturating_sub(1) as f64)?;
     let classes = Tensor::arange(0.0, n as f64, idx.dtype(), x.device())?.reshape(&[1, n])?;
     let onehot = idx.reshape(&[k, 1])?.eq(&classes)?.to_dtype(x.dtype())?;
     let r = x.rank();
     let mut perm: Vec<usize> = (0..r).filter(|&d| d != axis).collect();
     perm.push(axis);
-    let gp = g.permute(&perm)?;
+    let gp = g.permute_axes(&perm)?;
     let moved = gp.unsqueeze(0)?.matmul(&onehot)?.squeeze(0)?;
     let mut inv = vec![0; r];
     for (i, &p) in perm.iter().enumerate() {
         inv[p] = i;
     }
-    moved.permute(&inv)
+    moved.permute_axes(&inv)
 }
 
 fn slice_back(x: &Tensor, axis: usize, start: usize, len: usize, g: &Tensor) -> Result<Tensor> {
@@ -215,7 +212,7 @@ pub(super) fn input_grads(
             for (i, &p) in perm.iter().enumerate() {
                 inv[p] = i;
             }
-            out[0] = Some(g.permute(&inv)?);
+            out[0] = Some(g.permute_axes(&inv)?);
         }
         Op::BroadcastTo(_) => out[0] = Some(sum_to(g, x[0].shape())?),
         // The gradient keeps the value's layout.
@@ -245,22 +242,16 @@ pub(super) fn input_grads(
         // gradient lands where the values were read or written.
         Op::DynamicSlice { axis, .. } => {
             let zeros = Tensor::zeros(x[0].dims(), g.dtype(), g.device())?;
-            let op = Op::DynamicUpdateSlice { axis: *axis };
-            out[0] = Some(Tensor::apply_op(op, &[&zeros, g, &x[1]])?);
+            out[0] = Some(zeros.dynamic_update_slice(g, *axis as isize, &x[1])?);
         }
         Op::DynamicUpdateSlice { axis } => {
             let (u, start) = (&x[1], &x[2]);
             if need[0] {
                 let hole = Tensor::zeros(u.dims(), g.dtype(), g.device())?;
-                let op = Op::DynamicUpdateSlice { axis: *axis };
-                out[0] = Some(Tensor::apply_op(op, &[g, &hole, start])?);
+                out[0] = Some(g.dynamic_update_slice(&hole, *axis as isize, start)?);
             }
             if need[1] {
-                let op = Op::DynamicSlice {
-                    axis: *axis,
-                    len: u.dims()[*axis],
-                };
-                out[1] = Some(Tensor::apply_op(op, &[g, start])?);
+                out[1] = Some(g.dynamic_slice(*axis as isize, start, u.dims()[*axis])?);
             }
         }
     }

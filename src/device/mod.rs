@@ -9,6 +9,7 @@ mod xla;
 #[cfg(feature = "xla")]
 use crate::backend::ClientSetup;
 use crate::executor::Executor;
+use crate::random::{Generator, Key};
 use crate::runtime::Runtime;
 use crate::{Error, Result};
 use parking_lot::Mutex;
@@ -33,6 +34,8 @@ pub struct DeviceParts {
     pub(crate) ordinal: usize,
     /// The client's per-device executors, for [`Device::with_ordinal`].
     client: Arc<ClientEntry>,
+    /// The seeded generator of [`Device::next_key`].
+    rng: Generator,
 }
 
 impl std::ops::Deref for Device {
@@ -55,6 +58,7 @@ impl Device {
                 executor: client.executor(ordinal),
                 ordinal,
                 client: client.clone(),
+                rng: Generator::new(),
             }))
         });
         Device(parts)
@@ -170,24 +174,27 @@ impl Device {
     pub fn same_device(&self, other: &Device) -> bool {
         self.rt.id == other.rt.id && self.ordinal == other.ordinal
     }
+
+    /// Seeds this device's generator (PyTorch's `manual_seed`): the keys
+    /// [`Device::next_key`] draws after it are a function of `seed` alone.
+    pub fn manual_seed(&self, seed: u64) {
+        self.rng.manual_seed(seed);
+    }
+
+    /// The next key of this device's generator, for any random function
+    /// (`Tensor::rand(dims, dev.next_key(), &dev)`). Seeded with 0 until
+    /// [`Device::manual_seed`] is called.
+    pub fn next_key(&self) -> Key {
+        self.rng.next_key()
+    }
 }
 
-impl crate::spmd::Mesh {
-    /// A mesh with named axes over the devices of `device`'s client, in
-    /// order: `&[("dp", 4)]`, or `&[("dp", 2), ("tp", 2)]` (row-major, the
-    /// last axis fastest). `Err` for a mesh larger than the client (see
-    /// [`Device::cpu_with_devices`]), an axis named twice or of size 0, or
-    /// the interpreter device (it has no SPMD programs).
-    #[track_caller]
-    pub fn new(device: &Device, axes: &[(&str, usize)]) -> Result<crate::spmd::Mesh> {
-        let at = std::panic::Location::caller();
-        let fail = |m: String| Error::op("Mesh::new", m, format!("{device:?}"), at);
-        if device.is_interpreter() {
-            return Err(fail(
-                "the interpreter device runs no SPMD programs; use a PJRT device".into(),
-            ));
+impl crate::spmd::MeshDevices for Device {
+    fn mesh_devices(&self) -> std::result::Result<(u32, usize), String> {
+        if self.is_interpreter() {
+            return Err("the interpreter device runs no SPMD programs; use a PJRT device".into());
         }
-        crate::spmd::Mesh::build(device.client_id(), device.device_count(), axes).map_err(fail)
+        Ok((self.client_id(), self.device_count()))
     }
 }
 

@@ -261,6 +261,20 @@ fn execute_graph(job: &mut Job, plans: &Mutex<PlanCache>) -> Values {
     values
 }
 
+/// The planner's options for a flush recorded with fusion `fuse` (also
+/// what a dry run plans with: `lazyfuse::plan_of`).
+pub(crate) fn plan_options(fuse: bool) -> PlanOptions {
+    let defaults = PlanOptions::default();
+    PlanOptions {
+        fuse,
+        repeat: lazyfuse_fusion::RepeatOptions {
+            max_chained: crate::config::layers_per_region(),
+            ..defaults.repeat.clone()
+        },
+        ..defaults
+    }
+}
+
 /// Step 2: cuts the graph into regions, or replays the plan of an earlier
 /// flush with the same structure, wanted values and dying inputs.
 fn plan_graph(
@@ -270,15 +284,7 @@ fn plan_graph(
     fuse: bool,
     plans: &Mutex<PlanCache>,
 ) -> Arc<Plan> {
-    let defaults = PlanOptions::default();
-    let opts = PlanOptions {
-        fuse,
-        repeat: lazyfuse_fusion::RepeatOptions {
-            max_chained: crate::config::layers_per_region(),
-            ..defaults.repeat.clone()
-        },
-        ..defaults
-    };
+    let opts = plan_options(fuse);
     let t_plan = std::time::Instant::now();
     let (plan, reused) = tracing::debug_span!("plan", nodes = graph.len())
         .in_scope(|| plans.lock().plan(graph, wanted, dying, &opts));

@@ -138,20 +138,6 @@ const EXIT_DRAIN: std::time::Duration = std::time::Duration::from_secs(30);
 
 thread_local! {
     static GRAPHS: Graphs = const { Graphs(RefCell::new(Vec::new())) };
-    static SYNC_POINTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
-
-/// Counts a step boundary of this thread: a host read or a `sync()`/
-/// `flush()` (not a `realize()`: initialisers realize each parameter, and
-/// must not look like the steps of a loop).
-pub(crate) fn count_sync_point() {
-    SYNC_POINTS.with(|c| c.set(c.get() + 1));
-}
-
-/// How many step boundaries this thread has reached: a program-order
-/// clock (never timing), which tells one step of a loop from the next.
-pub(crate) fn sync_points() -> u64 {
-    SYNC_POINTS.with(|c| c.get())
 }
 
 /// Runs `f` on this thread's graph for `device`, created on first use.
@@ -202,7 +188,7 @@ fn with_thread_graph<R>(
 /// returns the latches of the jobs it queued.
 pub(crate) fn sync_thread(reason: FlushReason) -> Vec<Arc<Latch>> {
     if matches!(reason, FlushReason::Sync) {
-        count_sync_point();
+        super::clock::count_sync_point();
     }
     let graphs: Vec<Arc<ThreadGraph>> = GRAPHS.with(|c| c.0.borrow().clone());
     graphs.iter().filter_map(|g| g.flush(reason)).collect()
@@ -218,6 +204,11 @@ pub(crate) fn wait_thread_jobs() {
     for g in &graphs {
         g.device.executor.wait_earlier();
     }
+}
+
+/// The calling thread's graphs (a snapshot of its list).
+pub(super) fn thread_graphs() -> Vec<Arc<ThreadGraph>> {
+    GRAPHS.with(|c| c.0.borrow().clone())
 }
 
 /// Number of nodes pending in this thread's graph for `device` (for tests and tools).

@@ -20,7 +20,7 @@ fn a_value_on_the_device_is_one_input_of_each_threads_graph() {
             barrier.wait();
             let mut acc = Tensor::from_slice(&[k; 3], &[3], &dev).unwrap();
             for _ in 0..200 {
-                acc = acc.add(&w).unwrap().mul_scalar(1.0).unwrap();
+                acc = acc.add(&w).unwrap().mul(1.0).unwrap();
             }
             let inputs = super::with_thread_graph(&dev, None, |g| g.state.lock().inputs.len());
             assert_eq!(inputs, 2, "round {round}: the start value and w");
@@ -46,7 +46,7 @@ fn dead_pending_values_are_freed_by_the_next_flush() {
     let mut acc = x.add(&x).unwrap();
     let first = std::sync::Arc::downgrade(&acc.0);
     for _ in 0..10 {
-        acc = acc.mul_scalar(2.0).unwrap();
+        acc = acc.mul(2.0).unwrap();
     }
     let last = std::sync::Arc::downgrade(&acc.0);
     crate::sync();
@@ -68,7 +68,7 @@ fn an_exiting_thread_computes_what_others_hold_and_frees_its_graph() {
             // Kept for the thread's life: restoring the mode on drop
             // would flush the graph before the thread exits.
             std::mem::forget(FusionGuard::new(true));
-            let dead = x.mul_scalar(3.0).unwrap();
+            let dead = x.mul(3.0).unwrap();
             let kept = dead.add(&x).unwrap();
             let graph = super::with_thread_graph(&dev, None, std::sync::Arc::downgrade);
             (kept, graph, std::sync::Arc::downgrade(&dead.0))

@@ -11,13 +11,17 @@
 //! which [`TensorInner`] implements, so the executor never names a tensor.
 //! Nodes nobody holds are never materialised.
 
+mod clock;
+mod dry;
 mod flush;
 mod graph;
 mod mode;
 mod predict;
 mod value;
 
+pub(crate) use clock::sync_points;
+pub use dry::{plan_of, FlushPlan, RegionPlan};
 pub use graph::pending_ops;
-pub(crate) use graph::{record, sync_points, sync_thread, wait_thread_jobs, LazyArg};
-pub use mode::{set_fusion, FusionGuard};
+pub(crate) use graph::{record, sync_thread, wait_thread_jobs, LazyArg};
+pub use mode::FusionGuard;
 pub(crate) use value::{materialize_all, Logical, TensorInner};

@@ -6,13 +6,17 @@ use crate::metrics::FlushReason;
 
 /// Switches fusion on or off for the calling thread, flushing what it has
 /// pending first so earlier ops keep the mode they were recorded under.
-/// Per thread, so concurrent tests and workers never change each other's mode.
-pub fn set_fusion(on: bool) {
+fn set_fusion(on: bool) {
     let _ = super::sync_thread(FlushReason::ModeChange);
     crate::config::set_thread_fusion(on);
 }
 
-/// Restores the previous fusion mode of this thread when dropped.
+/// The fusion switch of the calling thread (the one toggle besides
+/// `LAZYFUSE_FUSION=0`, which sets the process default): fusion is `on`
+/// until the guard is dropped, then the previous mode returns. Switching
+/// flushes what the thread has pending first, so earlier ops keep the mode
+/// they were recorded under. Per thread, so concurrent tests and workers
+/// never change each other's mode.
 #[must_use = "the previous mode is restored when the guard is dropped"]
 pub struct FusionGuard {
     previous: bool,

@@ -318,7 +318,7 @@ impl TensorInner {
     pub(crate) fn materialize(self: &Arc<Self>, reason: FlushReason) -> Result<Arc<DeviceBuffer>> {
         self.mark_used();
         if matches!(reason, FlushReason::Read) {
-            super::graph::count_sync_point();
+            super::clock::count_sync_point();
         }
         loop {
             let st = self.state.lock();

@@ -2,7 +2,7 @@
 //! with ordinary tensor ops so the whole block, forward and backward, fuses.
 
 use super::{join, Dropout, LayerNorm, Linear, Module, Param};
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{DType, Device, Error, Key, Result, Tensor};
 use std::panic::Location;
 
 /// `Err` unless `x` is `[B, T, C]` (checked before anything is recorded).
@@ -34,9 +34,16 @@ pub struct CausalSelfAttention {
 }
 
 impl CausalSelfAttention {
-    /// `dim` must divide by `n_head`; GPT-2 initialisation (std 0.02) from `seed`.
+    /// `dim` must divide by `n_head`; GPT-2 initialisation (std 0.02) from `key`.
     #[track_caller]
-    pub fn new(dim: usize, n_head: usize, dropout: f64, seed: u64, dev: &Device) -> Result<Self> {
+    pub fn new(
+        dim: usize,
+        n_head: usize,
+        dropout: f64,
+        key: impl Into<Key>,
+        dev: &Device,
+    ) -> Result<Self> {
+        let seed = key.into().bits();
         if n_head == 0 || dim % n_head != 0 {
             return Err(Error::op(
                 "CausalSelfAttention::new",
@@ -47,10 +54,10 @@ impl CausalSelfAttention {
         }
         Ok(CausalSelfAttention {
             c_attn: Linear::normal(dim, 3 * dim, 0.02, seed, dev)?,
-            c_proj: Linear::normal(dim, dim, 0.02, seed + 1, dev)?,
+            c_proj: Linear::normal(dim, dim, 0.02, seed.wrapping_add(1), dev)?,
             n_head,
-            attn_drop: Dropout::new(dropout, seed + 2),
-            resid_drop: Dropout::new(dropout, seed + 3),
+            attn_drop: Dropout::new(dropout, seed.wrapping_add(2)),
+            resid_drop: Dropout::new(dropout, seed.wrapping_add(3)),
         })
     }
 }
@@ -80,7 +87,7 @@ impl Module for CausalSelfAttention {
         let [q, k, v] = self.heads(x)?;
         let att = q
             .matmul(&k.transpose(-1, -2)?)?
-            .mul_scalar(1.0 / (hd as f64).sqrt())?;
+            .mul(1.0 / (hd as f64).sqrt())?;
         // Recorded as iota/compare ops: a constant of the step's graph, not an upload.
         let pos = Tensor::arange(0.0, t as f64, DType::I64, x.device())?;
         let future = pos.unsqueeze(0)?.gt(&pos.unsqueeze(1)?)?;
@@ -122,16 +129,23 @@ pub struct Block {
 }
 
 impl Block {
-    /// A block of width `dim` with `n_head` heads, initialised from `seed`.
+    /// A block of width `dim` with `n_head` heads, initialised from `key`.
     #[track_caller]
-    pub fn new(dim: usize, n_head: usize, dropout: f64, seed: u64, dev: &Device) -> Result<Block> {
+    pub fn new(
+        dim: usize,
+        n_head: usize,
+        dropout: f64,
+        key: impl Into<Key>,
+        dev: &Device,
+    ) -> Result<Block> {
+        let seed = key.into().bits();
         Ok(Block {
             ln_1: LayerNorm::new(dim, dev)?,
             attn: CausalSelfAttention::new(dim, n_head, dropout, seed, dev)?,
             ln_2: LayerNorm::new(dim, dev)?,
-            c_fc: Linear::normal(dim, 4 * dim, 0.02, seed + 10, dev)?,
-            c_proj: Linear::normal(4 * dim, dim, 0.02, seed + 11, dev)?,
-            drop: Dropout::new(dropout, seed + 12),
+            c_fc: Linear::normal(dim, 4 * dim, 0.02, seed.wrapping_add(10), dev)?,
+            c_proj: Linear::normal(4 * dim, dim, 0.02, seed.wrapping_add(11), dev)?,
+            drop: Dropout::new(dropout, seed.wrapping_add(12)),
         })
     }
 }

@@ -2,7 +2,7 @@
 //! Initialisation follows PyTorch's defaults, drawn from explicit seeds.
 
 use super::{join, Module, Param};
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{DType, Device, Error, Key, Result, Tensor};
 use std::panic::Location;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -15,14 +15,18 @@ pub struct Linear {
 }
 
 impl Linear {
-    /// Weights and bias uniform in `±1/sqrt(in)` (PyTorch's default), from `seed`.
-    pub fn new(d_in: usize, d_out: usize, bias: bool, seed: u64, dev: &Device) -> Result<Linear> {
+    /// Weights and bias uniform in `±1/sqrt(in)` (PyTorch's default), from
+    /// `key` (a [`Key`], a `u64` seed, or `dev.next_key()`).
+    pub fn new(
+        d_in: usize,
+        d_out: usize,
+        bias: bool,
+        key: impl Into<Key>,
+        dev: &Device,
+    ) -> Result<Linear> {
+        let seed = key.into().bits();
         let b = 1.0 / (d_in as f64).sqrt();
-        let u = |dims: &[usize], s: u64| {
-            Tensor::rand(dims, s, dev)?
-                .mul_scalar(2.0 * b)?
-                .sub_scalar(b)
-        };
+        let u = |dims: &[usize], s: u64| Tensor::rand(dims, s, dev)?.mul(2.0 * b)?.sub(b);
         Ok(Linear {
             weight: Param::new(u(&[d_in, d_out], seed)?)?,
             bias: if bias {
@@ -34,9 +38,15 @@ impl Linear {
     }
 
     /// A layer with weights from `N(0, std^2)` and zero bias (GPT-2's init).
-    pub fn normal(d_in: usize, d_out: usize, std: f64, seed: u64, dev: &Device) -> Result<Linear> {
+    pub fn normal(
+        d_in: usize,
+        d_out: usize,
+        std: f64,
+        key: impl Into<Key>,
+        dev: &Device,
+    ) -> Result<Linear> {
         Ok(Linear {
-            weight: Param::new(Tensor::randn(&[d_in, d_out], seed, dev)?.mul_scalar(std)?)?,
+            weight: Param::new(Tensor::randn(&[d_in, d_out], key, dev)?.mul(std)?)?,
             bias: Some(Param::new(Tensor::zeros(&[d_out], DType::F32, dev)?)?),
         })
     }
@@ -47,7 +57,7 @@ impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let y = x.matmul(&self.weight.tensor())?;
         match &self.bias {
-            Some(b) => y.add(&b.tensor()),
+            Some(b) => y.add(b.tensor()),
             None => Ok(y),
         }
     }
@@ -79,7 +89,7 @@ pub struct Conv2d {
 
 impl Conv2d {
     /// Weights and bias uniform in `±1/sqrt(fan_in)`, `fan_in = c_in / groups
-    /// * kh * kw` (PyTorch's default), from `seed`. `groups` must divide
+    /// * kh * kw` (PyTorch's default), from `key`. `groups` must divide
     /// `c_in` and `c_out`.
     #[allow(clippy::too_many_arguments)]
     #[track_caller]
@@ -92,9 +102,10 @@ impl Conv2d {
         dilation: (usize, usize),
         groups: usize,
         bias: bool,
-        seed: u64,
+        key: impl Into<Key>,
         dev: &Device,
     ) -> Result<Conv2d> {
+        let seed = key.into().bits();
         if groups == 0 || c_in % groups != 0 || c_out % groups != 0 || kernel.0 * kernel.1 == 0 {
             return Err(Error::op(
                 "Conv2d::new",
@@ -108,11 +119,7 @@ impl Conv2d {
         }
         let fan_in = c_in / groups * kernel.0 * kernel.1;
         let b = 1.0 / (fan_in as f64).sqrt();
-        let u = |dims: &[usize], s: u64| {
-            Tensor::rand(dims, s, dev)?
-                .mul_scalar(2.0 * b)?
-                .sub_scalar(b)
-        };
+        let u = |dims: &[usize], s: u64| Tensor::rand(dims, s, dev)?.mul(2.0 * b)?.sub(b);
         Ok(Conv2d {
             weight: Param::new(u(&[c_out, c_in / groups, kernel.0, kernel.1], seed)?)?,
             bias: if bias {
@@ -157,9 +164,15 @@ pub struct Embedding {
 }
 
 impl Embedding {
-    /// `N(0, std^2)` rows from `seed` (PyTorch uses std 1, GPT-2 0.02).
-    pub fn new(vocab: usize, dim: usize, std: f64, seed: u64, dev: &Device) -> Result<Embedding> {
-        let w = Tensor::randn(&[vocab, dim], seed, dev)?.mul_scalar(std)?;
+    /// `N(0, std^2)` rows from `key` (PyTorch uses std 1, GPT-2 0.02).
+    pub fn new(
+        vocab: usize,
+        dim: usize,
+        std: f64,
+        key: impl Into<Key>,
+        dev: &Device,
+    ) -> Result<Embedding> {
+        let w = Tensor::randn(&[vocab, dim], key, dev)?.mul(std)?;
         Ok(Embedding {
             weight: Param::new(w)?,
         })
@@ -247,23 +260,23 @@ impl Module for LayerNorm {
     }
 }
 
-/// Dropout with a deterministic seed stream: call `n` of a module built with
-/// seed `s` uses seed `s + n`, so runs are reproducible and fused and unfused
-/// runs drop the same elements. Starts in training mode.
+/// Dropout with a deterministic key stream: call `n` of a module built with
+/// key `k` uses `k.fold_in(n)`, so runs are reproducible and fused and
+/// unfused runs drop the same elements. Starts in training mode.
 pub struct Dropout {
     /// Probability of zeroing an element in training mode.
     pub p: f64,
-    seed: u64,
+    key: Key,
     calls: AtomicU64,
     train: AtomicBool,
 }
 
 impl Dropout {
-    /// Drops with probability `p`.
-    pub fn new(p: f64, seed: u64) -> Dropout {
+    /// Drops with probability `p`, with masks drawn from `key`.
+    pub fn new(p: f64, key: impl Into<Key>) -> Dropout {
         Dropout {
             p,
-            seed,
+            key: key.into(),
             calls: AtomicU64::new(0),
             train: AtomicBool::new(true),
         }
@@ -277,8 +290,7 @@ impl Module for Dropout {
             return Ok(x.clone());
         }
         let n = self.calls.fetch_add(1, Ordering::Relaxed);
-        let seed = Tensor::seed(self.seed.wrapping_add(n) as i64, x.device())?;
-        x.dropout(self.p, &seed, true)
+        x.dropout(self.p, self.key.fold_in(n), true)
     }
 
     fn visit_params(&self, _prefix: &str, _out: &mut Vec<(String, Param)>) {}

@@ -35,6 +35,16 @@ impl Param {
         Ok(Param(Arc::new(RwLock::new(v))))
     }
 
+    /// Wraps `value` as a parameter that does not require grad (PyTorch's
+    /// `requires_grad_(False)`): materialised now, and recording no tape,
+    /// so inference with loaded weights pays nothing for autograd.
+    #[track_caller]
+    pub fn frozen(value: Tensor) -> Result<Param> {
+        let v = value.detach()?;
+        v.realize()?;
+        Ok(Param(Arc::new(RwLock::new(v))))
+    }
+
     #[track_caller]
     fn prepare(value: Tensor) -> Result<Tensor> {
         let v = value.detach()?;

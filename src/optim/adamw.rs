@@ -65,14 +65,12 @@ impl Optimizer for AdamW {
             let (lr, bc1, bc2) = (&s[0], &s[1], &s[2]);
             let mut w2 = w.clone();
             if self.weight_decay != 0.0 {
-                w2 = w2.sub(&w.mul(lr)?.mul_scalar(self.weight_decay)?)?;
+                w2 = w2.sub(&w.mul(lr)?.mul(self.weight_decay)?)?;
             }
-            self.m[i] = self.m[i].mul_scalar(b1)?.add(&g.mul_scalar(1.0 - b1)?)?;
-            self.v[i] = self.v[i]
-                .mul_scalar(b2)?
-                .add(&g.mul(&g)?.mul_scalar(1.0 - b2)?)?;
+            self.m[i] = self.m[i].mul(b1)?.add(&g.mul(1.0 - b1)?)?;
+            self.v[i] = self.v[i].mul(b2)?.add(&g.mul(&g)?.mul(1.0 - b2)?)?;
             let mhat = self.m[i].div(bc1)?;
-            let denom = self.v[i].div(bc2)?.sqrt()?.add_scalar(self.eps)?;
+            let denom = self.v[i].div(bc2)?.sqrt()?.add(self.eps)?;
             p.update(w2.sub(&mhat.div(&denom)?.mul(lr)?)?)?;
         }
         // The step's state is what it needs: parameters and both moments.

@@ -57,7 +57,7 @@ pub fn clip_grad_norm(params: &[Param], max_norm: f64) -> Result<Option<Tensor>>
             ));
         }
         let g32 = as_dtype(g, DType::F32)?;
-        let sq = g32.mul(&g32)?.sum_all()?;
+        let sq = g32.mul(&g32)?.sum(.., false)?;
         total = Some(match total {
             None => sq,
             Some(t) => t.add(&sq)?,
@@ -65,8 +65,8 @@ pub fn clip_grad_norm(params: &[Param], max_norm: f64) -> Result<Option<Tensor>>
     }
     let norm = total.expect("at least one gradient").sqrt()?;
     let scale = Tensor::full(max_norm, &[], DType::F32, &device)?
-        .div(&norm.add_scalar(1e-6)?)?
-        .minimum_scalar(1.0)?;
+        .div(&norm.add(1e-6)?)?
+        .minimum(1.0)?;
     // One scale per gradient dtype, not a conversion per parameter.
     let mut scales: Vec<(DType, Tensor)> = Vec::new();
     for (p, g) in grads {

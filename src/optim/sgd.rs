@@ -42,10 +42,10 @@ impl Optimizer for Sgd {
             let w = p.tensor();
             let lr = scalars.get(w.dtype(), w.device())?[0].clone();
             if self.weight_decay != 0.0 {
-                g = g.add(&w.mul_scalar(self.weight_decay)?)?;
+                g = g.add(&w.mul(self.weight_decay)?)?;
             }
             if self.momentum != 0.0 {
-                self.bufs[i] = self.bufs[i].mul_scalar(self.momentum)?.add(&g)?;
+                self.bufs[i] = self.bufs[i].mul(self.momentum)?.add(&g)?;
                 g = self.bufs[i].clone();
             }
             p.update(w.sub(&g.mul(&lr)?)?)?;

@@ -24,7 +24,29 @@ struct MeshParts {
     devices: Vec<usize>,
 }
 
+/// What a [`Mesh`] is laid over: one client's devices. [`crate::Device`]
+/// implements it; a trait, so the mesh code names no device type (the
+/// device layer sits above this one).
+pub trait MeshDevices: fmt::Debug {
+    /// The client's runtime id and its number of addressable devices, or
+    /// why it runs no SPMD programs.
+    fn mesh_devices(&self) -> Result<(u32, usize), String>;
+}
+
 impl Mesh {
+    /// A mesh with named axes over the devices of `device`'s client, in
+    /// order: `&[("dp", 4)]`, or `&[("dp", 2), ("tp", 2)]` (row-major, the
+    /// last axis fastest). `Err` for a mesh larger than the client (see
+    /// `Device::cpu_with_devices`), an axis named twice or of size 0, or
+    /// the interpreter device (it has no SPMD programs).
+    #[track_caller]
+    pub fn new(device: &impl MeshDevices, axes: &[(&str, usize)]) -> crate::Result<Mesh> {
+        let at = std::panic::Location::caller();
+        let fail = |m: String| crate::Error::op("Mesh::new", m, format!("{device:?}"), at);
+        let (client, available) = device.mesh_devices().map_err(fail)?;
+        Mesh::build(client, available, axes).map_err(fail)
+    }
+
     /// A mesh of `axes` over the first devices of a client (`client` its
     /// runtime id) that has `available` devices. `Err` (a message for the
     /// caller's error) for an empty, unnamed

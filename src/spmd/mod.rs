@@ -12,7 +12,7 @@
 mod mesh;
 mod propagate;
 
-pub use mesh::{Mesh, Sharding};
+pub use mesh::{Mesh, MeshDevices, Sharding};
 #[cfg(feature = "xla")]
 pub(crate) use propagate::constraint_axes;
 pub(crate) use propagate::output_shardings;

@@ -7,8 +7,9 @@
 //! differentiates. Each is `#[track_caller]`, so errors and recorded origins
 //! name the user's line, and validates its own arguments up front.
 
+use super::create::literal_for;
 use super::Tensor;
-use crate::{Error, Result};
+use crate::{Error, Key, Result};
 use lazyfuse_ir::{BinaryOp, DType, Op, Shape};
 use std::panic::Location;
 
@@ -34,8 +35,8 @@ impl Tensor {
     /// Non-finite maxima become 0 so all-`-inf` rows do not turn into NaN.
     #[track_caller]
     fn stable_shift(&self, axis: isize) -> Result<Tensor> {
-        let m = self.stop_gradient(Location::caller())?.max(&[axis], true)?;
-        let finite = m.abs()?.lt_scalar(f64::INFINITY)?;
+        let m = self.stop_gradient(Location::caller())?.max([axis], true)?;
+        let finite = m.abs()?.lt(f64::INFINITY)?;
         let zero = Tensor::zeros(&[], self.dtype(), self.device())?;
         finite.where_cond(&m, &zero)
     }
@@ -45,7 +46,7 @@ impl Tensor {
     pub fn softmax(&self, axis: isize) -> Result<Tensor> {
         self.check_softmax("softmax", axis)?;
         let e = self.sub(&self.stable_shift(axis)?)?.exp()?;
-        e.div(&e.sum(&[axis], true)?)
+        e.div(&e.sum([axis], true)?)
     }
 
     /// `log(softmax(x))` along `axis`, computed stably.
@@ -53,7 +54,7 @@ impl Tensor {
     pub fn log_softmax(&self, axis: isize) -> Result<Tensor> {
         self.check_softmax("log_softmax", axis)?;
         let s = self.sub(&self.stable_shift(axis)?)?;
-        s.sub(&s.exp()?.sum(&[axis], true)?.log()?)
+        s.sub(&s.exp()?.sum([axis], true)?.log()?)
     }
 
     /// `log(sum(exp(x)))` along `axis`, computed stably.
@@ -61,7 +62,7 @@ impl Tensor {
     pub fn logsumexp(&self, axis: isize, keepdim: bool) -> Result<Tensor> {
         self.check_softmax("logsumexp", axis)?;
         let m = self.stable_shift(axis)?;
-        let r = self.sub(&m)?.exp()?.sum(&[axis], true)?.log()?.add(&m)?;
+        let r = self.sub(&m)?.exp()?.sum([axis], true)?.log()?.add(&m)?;
         if keepdim {
             Ok(r)
         } else {
@@ -108,12 +109,16 @@ impl Tensor {
         let classes = Tensor::arange(0.0, c as f64, targets.dtype(), self.device())?;
         let onehot = targets.unsqueeze(-1)?.eq(&classes)?;
         let zero = Tensor::zeros(&[], self.dtype(), self.device())?;
-        let picked = onehot.where_cond(&logp, &zero)?.sum(&[-1], false)?;
+        let picked = onehot.where_cond(&logp, &zero)?.sum([-1], false)?;
         match ignore_index {
-            None => picked.mean_all()?.neg(),
+            None => picked.mean(.., false)?.neg(),
             Some(ig) => {
-                let valid = targets.ne_scalar(ig as f64)?.to_dtype(self.dtype())?;
-                picked.mul(&valid)?.sum_all()?.div(&valid.sum_all()?)?.neg()
+                let valid = targets.ne(ig as f64)?.to_dtype(self.dtype())?;
+                picked
+                    .mul(&valid)?
+                    .sum(.., false)?
+                    .div(&valid.sum(.., false)?)?
+                    .neg()
             }
         }
     }
@@ -155,9 +160,7 @@ impl Tensor {
             ));
         }
         let n = self.dims()[a];
-        let idx = idx
-            .maximum_scalar(0.0)?
-            .minimum_scalar(n.saturating_sub(1) as f64)?;
+        let idx = idx.maximum(0.0)?.minimum(n.saturating_sub(1) as f64)?;
         let plain = |t: &Tensor| {
             t.0.autograd().is_none() && t.0.logical().is_none() && t.0.mesh().is_none()
         };
@@ -171,7 +174,7 @@ impl Tensor {
         let zero = Tensor::zeros(&[], self.dtype(), self.device())?;
         onehot
             .where_cond(&self.unsqueeze(a as isize)?, &zero)?
-            .sum(&[a as isize + 1], false)
+            .sum([a as isize + 1], false)
     }
 
     /// [`Tensor::gather`] of in-range indices `idx` along `axis` as one
@@ -191,12 +194,12 @@ impl Tensor {
         for d in (0..dims.len().saturating_sub(1)).rev() {
             strides[d] = strides[d + 1] * self.dims()[d + 1];
         }
-        let mut flat = idx.to_dtype(DType::I64)?.mul_scalar(strides[axis] as f64)?;
+        let mut flat = idx.to_dtype(DType::I64)?.mul(strides[axis] as f64)?;
         for (d, &n) in dims.iter().enumerate().filter(|&(d, _)| d != axis) {
             let mut along = vec![1; dims.len()];
             along[d] = n;
             let coord = Tensor::arange(0.0, n as f64, DType::I64, dev)?.reshape(&along)?;
-            flat = flat.add(&coord.mul_scalar(strides[d] as f64)?)?;
+            flat = flat.add(&coord.mul(strides[d] as f64)?)?;
         }
         self.reshape(&[self.numel()])?
             .index_select(0, &flat.reshape(&[idx.numel()])?)?
@@ -233,17 +236,17 @@ impl Tensor {
             ));
         }
         // Both bounds must be valid scalars of the dtype before either op is recorded.
-        self.scalar_operand("clamp", lo, Location::caller())?;
-        self.scalar_operand("clamp", hi, Location::caller())?;
-        self.maximum_scalar(lo)?.minimum_scalar(hi)
+        self.scalar_operand("clamp", literal_for(lo, self.dtype()), Location::caller())?;
+        self.scalar_operand("clamp", literal_for(hi, self.dtype()), Location::caller())?;
+        self.maximum(lo)?.minimum(hi)
     }
 
     /// Exact GELU, `0.5 x (1 + erf(x / sqrt(2)))` (see [`Tensor::gelu`] for
     /// the tanh approximation).
     #[track_caller]
     pub fn gelu_exact(&self) -> Result<Tensor> {
-        let e = self.mul_scalar(std::f64::consts::FRAC_1_SQRT_2)?.erf()?;
-        self.mul(&e.add_scalar(1.0)?)?.mul_scalar(0.5)
+        let e = self.mul(std::f64::consts::FRAC_1_SQRT_2)?.erf()?;
+        self.mul(&e.add(1.0)?)?.mul(0.5)
     }
 
     /// Layer normalisation over the last dim: `(x - mean) / sqrt(var + eps)`
@@ -267,10 +270,10 @@ impl Tensor {
                 })?
                 .0;
         }
-        let mu = self.mean(&[-1], true)?;
+        let mu = self.mean([-1], true)?;
         let xc = self.sub(&mu)?;
-        let var = xc.mul(&xc)?.mean(&[-1], true)?;
-        let mut y = xc.mul(&var.add_scalar(eps)?.rsqrt()?)?;
+        let var = xc.mul(&xc)?.mean([-1], true)?;
+        let mut y = xc.mul(&var.add(eps)?.rsqrt()?)?;
         if let Some(w) = weight {
             y = y.mul(w)?;
         }
@@ -282,10 +285,10 @@ impl Tensor {
 
     /// Inverted dropout: zeroes each element with probability `p` and scales
     /// the rest by `1/(1-p)`; identity unless `train`. The mask comes from
-    /// [`Tensor::rand_uniform`] with `seed`, so fused and unfused runs drop
+    /// [`Tensor::rand_uniform`] with `key`, so fused and unfused runs drop
     /// the same elements.
     #[track_caller]
-    pub fn dropout(&self, p: f64, seed: &Tensor, train: bool) -> Result<Tensor> {
+    pub fn dropout(&self, p: f64, key: impl Into<Key>, train: bool) -> Result<Tensor> {
         if !(0.0..=1.0).contains(&p) {
             return Err(op_err(
                 "dropout",
@@ -297,7 +300,7 @@ impl Tensor {
             return Ok(self.clone());
         }
         if p == 1.0 {
-            return self.mul_scalar(0.0);
+            return self.mul(0.0);
         }
         // The scaling must be valid for the dtype before the mask is recorded.
         let scalar = Shape::scalar();
@@ -305,14 +308,14 @@ impl Tensor {
         let loc = Location::caller();
         lazyfuse_ir::infer(&Op::Binary(BinaryOp::Mul), &operands)
             .map_err(|e| Error::op("dropout", e, self.describe(), loc))?;
-        self.scalar_operand("dropout", 1.0 / (1.0 - p), loc)?;
+        self.scalar_operand("dropout", literal_for(1.0 / (1.0 - p), self.dtype()), loc)?;
         let dt = if self.dtype().is_float() {
             self.dtype()
         } else {
             DType::F32
         };
-        let keep = Tensor::rand_uniform(seed, self.dims(), dt)?.ge_scalar(p)?;
+        let keep = Tensor::rand_uniform(self.dims(), dt, key, self.device())?.ge(p)?;
         let zero = Tensor::zeros(&[], self.dtype(), self.device())?;
-        keep.where_cond(&self.mul_scalar(1.0 / (1.0 - p))?, &zero)
+        keep.where_cond(&self.mul(1.0 / (1.0 - p))?, &zero)
     }
 }

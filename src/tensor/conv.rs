@@ -241,7 +241,7 @@ impl Tensor {
         padding: (usize, usize),
     ) -> Result<Tensor> {
         let (h, w) = self.pool_geometry("max_pool2d", kernel, stride, padding)?;
-        self.patches(h, w, f64::NEG_INFINITY)?.max(&[2], false)
+        self.patches(h, w, f64::NEG_INFINITY)?.max([2], false)
     }
 
     /// 2-D average pooling of an NCHW float input over `kernel` windows moved
@@ -255,6 +255,6 @@ impl Tensor {
         padding: (usize, usize),
     ) -> Result<Tensor> {
         let (h, w) = self.pool_geometry("avg_pool2d", kernel, stride, padding)?;
-        self.patches(h, w, 0.0)?.mean(&[2], false)
+        self.patches(h, w, 0.0)?.mean([2], false)
     }
 }

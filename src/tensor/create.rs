@@ -2,7 +2,7 @@
 //! (recorded lazily, so they fuse into their consumers), and seeded random data.
 
 use super::Tensor;
-use crate::{Device, Error, Result};
+use crate::{Device, Error, Key, Result};
 use lazyfuse_ir::{DType, Element, HostTensor, Literal, Op, Shape};
 use std::panic::Location;
 
@@ -187,7 +187,7 @@ impl Tensor {
             dtype: wide,
         };
         let i = Tensor::apply_nullary("arange", iota, device, loc)?;
-        let v = i.mul_scalar(step)?.add_scalar(start)?;
+        let v = i.mul(step)?.add(start)?;
         if dtype == wide {
             Ok(v)
         } else {
@@ -195,15 +195,21 @@ impl Tensor {
         }
     }
 
-    /// Uniform `[0, 1)` f32 values from `seed` (deterministic, generated on the host).
-    pub fn rand(dims: &[usize], seed: u64, device: &Device) -> Result<Tensor> {
+    /// Uniform `[0, 1)` f32 values from `key` (an explicit [`Key`], a
+    /// `u64` seed, or `device.next_key()`), generated on the host with 53
+    /// random bits each: for initialisation. [`Tensor::rand_uniform`] draws
+    /// on the device instead, fused with its consumers.
+    pub fn rand(dims: &[usize], key: impl Into<Key>, device: &Device) -> Result<Tensor> {
+        let seed = key.into().bits();
         let n = dims.iter().product::<usize>();
         let v: Vec<f32> = (0..n as u64).map(|i| uniform(seed, i) as f32).collect();
         Tensor::from_host(&HostTensor::from_slice(&v, Shape::new(dims)), device)
     }
 
-    /// Standard normal f32 values from `seed` (Box-Muller, deterministic).
-    pub fn randn(dims: &[usize], seed: u64, device: &Device) -> Result<Tensor> {
+    /// Standard normal f32 values from `key` (Box-Muller on the host, as
+    /// [`Tensor::rand`]).
+    pub fn randn(dims: &[usize], key: impl Into<Key>, device: &Device) -> Result<Tensor> {
+        let seed = key.into().bits();
         let n = dims.iter().product::<usize>();
         let v: Vec<f32> = (0..n as u64)
             .map(|i| {

@@ -2,8 +2,8 @@
 //! with their consumers (embedding lookups, dropout masks).
 
 use super::Tensor;
-use crate::{Device, Result};
-use lazyfuse_ir::{DType, Op, Shape};
+use crate::{Device, Error, Key, Result};
+use lazyfuse_ir::{DType, Literal, Op, Shape};
 use std::panic::Location;
 
 impl Tensor {
@@ -18,22 +18,60 @@ impl Tensor {
         Tensor::apply(Op::IndexSelect { axis }, &[self, idx], loc)
     }
 
-    /// Uniform `[0, 1)` values of a float `dtype`, drawn on the device from a
-    /// counter-based generator keyed by `seed` (an i64 scalar tensor): the same
-    /// seed gives the same numbers fused, unfused and in the interpreter, and
-    /// a new seed value never recompiles.
+    /// `len` elements along `axis` from the run-time `start` (an integer
+    /// scalar tensor, clamped into `0..=dim - len` as in XLA): the start is
+    /// data, so a loop whose start moves compiles once. [`Tensor::narrow`]
+    /// is the same read at a host start.
     #[track_caller]
-    pub fn rand_uniform(seed: &Tensor, dims: &[usize], dtype: DType) -> Result<Tensor> {
+    pub fn dynamic_slice(&self, axis: isize, start: &Tensor, len: usize) -> Result<Tensor> {
+        let loc = Location::caller();
+        let axis = self.axis("dynamic_slice", axis, self.rank(), loc)?;
+        Tensor::apply(Op::DynamicSlice { axis, len }, &[self, start], loc)
+    }
+
+    /// `self` with `update` (`self`'s shape, shorter along `axis`) written
+    /// along `axis` from the run-time `start` (an integer scalar tensor,
+    /// clamped into `0..=dim - update_dim`). Writing a decode step's keys
+    /// into a fixed-capacity cache is this op: the start is data, and XLA
+    /// writes in place when the old buffer is donated.
+    #[track_caller]
+    pub fn dynamic_update_slice(
+        &self,
+        update: &Tensor,
+        axis: isize,
+        start: &Tensor,
+    ) -> Result<Tensor> {
+        let loc = Location::caller();
+        let axis = self.axis("dynamic_update_slice", axis, self.rank(), loc)?;
+        Tensor::apply(Op::DynamicUpdateSlice { axis }, &[self, update, start], loc)
+    }
+
+    /// Uniform `[0, 1)` values of a float `dtype`, drawn on `device` from a
+    /// counter-based generator keyed by `key` (an explicit [`Key`], a `u64`
+    /// seed, or `device.next_key()`): the same key gives the same numbers
+    /// fused, unfused and in the interpreter. The key is recorded as a
+    /// rank-0 region parameter, so a new key never recompiles.
+    #[track_caller]
+    pub fn rand_uniform(
+        dims: &[usize],
+        dtype: DType,
+        key: impl Into<Key>,
+        device: &Device,
+    ) -> Result<Tensor> {
+        let loc = Location::caller();
         let op = Op::RandomUniform {
             shape: Shape::new(dims),
             dtype,
         };
-        Tensor::apply(op, &[seed], Location::caller())
-    }
-
-    /// An i64 scalar seed tensor for [`Tensor::rand_uniform`] (uploaded, so it
-    /// enters graphs as an input rather than a compiled-in constant).
-    pub fn seed(seed: i64, device: &Device) -> Result<Tensor> {
-        Tensor::from_slice(&[seed], &[], device)
+        // Validated before the key is recorded: an `Err` records nothing.
+        lazyfuse_ir::infer(&op, &[(&Shape::scalar(), DType::I64)])
+            .map_err(|e| Error::op("rand_uniform", e, format!("{dtype}{:?}", dims), loc))?;
+        let key = Op::Constant {
+            value: Literal::Int(key.into().bits() as i64),
+            shape: Shape::scalar(),
+            dtype: DType::I64,
+        };
+        let key = Tensor::apply_nullary("rand_uniform", key, device, loc)?;
+        Tensor::apply(op, &[&key], loc)
     }
 }

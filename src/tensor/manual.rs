@@ -204,7 +204,7 @@ fn enter(x: &Tensor, mesh: &Mesh, axes: &[Option<usize>]) -> Result<Tensor> {
         .copied()
         .chain((0..split_dims.len()).filter(|p| !front.contains(p)))
         .collect();
-    let t = t.permute(&perm)?;
+    let t = t.permute_axes(&perm)?;
     let local: Vec<usize> = perm[front.len()..].iter().map(|&p| split_dims[p]).collect();
     let stacked: Vec<usize> = (0..k)
         .map(|a| if at[a].is_some() { sizes[a] } else { 1 })
@@ -248,7 +248,7 @@ fn exit(y: &Tensor, mesh: &Mesh, axes: &[Option<usize>]) -> Result<Tensor> {
         }
         perm.push(used.len() + d);
     }
-    t.permute(&perm)?.reshape(&global)
+    t.permute_axes(&perm)?.reshape(&global)
 }
 
 impl Local {
@@ -378,15 +378,15 @@ impl Local {
         if self.t.dims()[a] == 1 {
             let n = mesh_dims(&self.mesh)[a];
             return match op {
-                Reduction::Sum if n > 1 => self.map(|t| t.mul_scalar(n as f64)),
+                Reduction::Sum if n > 1 => self.map(|t| t.mul(n as f64)),
                 _ => Ok(self.clone()),
             };
         }
         let r = match op {
-            Reduction::Sum => self.t.sum(&axes, true)?,
-            Reduction::Mean => self.t.mean(&axes, true)?,
-            Reduction::Max => self.t.max(&axes, true)?,
-            Reduction::Min => self.t.min(&axes, true)?,
+            Reduction::Sum => self.t.sum(axes, true)?,
+            Reduction::Mean => self.t.mean(axes, true)?,
+            Reduction::Max => self.t.max(axes, true)?,
+            Reduction::Min => self.t.min(axes, true)?,
         };
         self.pieces(r)
     }
@@ -413,7 +413,7 @@ impl Local {
         perm.insert(before, a);
         let mut merged: Vec<usize> = perm.iter().map(|&p| dims[p]).collect();
         merged[before] *= merged.remove(before + 1);
-        let g = t.permute(&perm)?.reshape(&merged)?;
+        let g = t.permute_axes(&perm)?.reshape(&merged)?;
         // Every device along the axis holds the same gathered piece.
         merged.insert(a, 1);
         self.pieces(g.reshape(&merged)?)
@@ -442,7 +442,7 @@ impl Local {
                 at,
             ));
         }
-        let summed = t.sum(&[a as isize], false)?;
+        let summed = t.sum([a as isize], false)?;
         // In `summed` the piece's dimension moved one place down.
         let d = d - 1;
         let mut blocks: Vec<usize> = summed.dims().to_vec();
@@ -451,7 +451,7 @@ impl Local {
         let split = summed.reshape(&blocks)?;
         let mut perm: Vec<usize> = (0..blocks.len()).filter(|&p| p != d).collect();
         perm.insert(a, d);
-        self.pieces(split.permute(&perm)?)
+        self.pieces(split.permute_axes(&perm)?)
     }
 
     /// Each device's coordinate along mesh axis `axis` (`axis_index`), as

@@ -11,11 +11,13 @@ mod display;
 pub(crate) mod dynamic;
 mod index;
 mod manual;
+mod operand;
 mod ops;
 mod overload;
 mod shard;
 
 pub use manual::{Local, Reduction};
+pub use operand::{Dims, Operand};
 
 use crate::lazy::{LazyArg, TensorInner};
 use crate::metrics::FlushReason;

@@ -2,12 +2,11 @@
 //! [`Op`] and hands it to [`Tensor::apply`], which validates (error at the call
 //! site) and records. Families are macro-generated: no copy-pasted op code.
 
-use super::create::literal_for;
+use super::operand::{Dims, Operand};
 use super::{Arg, Tensor};
 use crate::{Error, Result};
 use lazyfuse_ir::{
-    normalize_axes, normalize_axis, Axes, BinaryOp, CmpOp, DType, InferError, Op, ReduceOp, Shape,
-    UnaryOp,
+    normalize_axis, Axes, BinaryOp, CmpOp, DType, InferError, Op, ReduceOp, Shape, UnaryOp,
 };
 use std::panic::Location;
 
@@ -57,22 +56,19 @@ unary_methods!(
 );
 
 macro_rules! binary_methods {
-    ($($(#[$doc:meta])* $name:ident, $scalar:ident => $op:ident),* $(,)?) => {
+    ($($(#[$doc:meta])* $name:ident => $op:expr),* $(,)?) => {
         impl Tensor {
             $(
                 $(#[$doc])*
-                /// NumPy broadcasting; both operands must share a dtype.
+                ///
+                /// `rhs` is a tensor (NumPy broadcasting, same dtype) or a host
+                /// scalar converted to this tensor's dtype: see [`Operand`].
                 #[track_caller]
-                pub fn $name(&self, rhs: &Tensor) -> Result<Tensor> {
-                    Tensor::apply(Op::Binary(BinaryOp::$op), &[self, rhs], Location::caller())
-                }
-
-                /// Same op with a host scalar on the right (converted to this tensor's dtype).
-                #[track_caller]
-                pub fn $scalar(&self, rhs: f64) -> Result<Tensor> {
+                #[inline]
+                pub fn $name(&self, rhs: impl Operand) -> Result<Tensor> {
                     let loc = Location::caller();
-                    let c = self.scalar_operand(stringify!($scalar), rhs, loc)?;
-                    Tensor::apply_args(Op::Binary(BinaryOp::$op), &[Arg::T(self), c], loc)
+                    let rhs = rhs.to_arg(self, stringify!($name), loc)?.0;
+                    Tensor::apply_args($op, &[Arg::T(self), rhs], loc)
                 }
             )*
         }
@@ -81,77 +77,50 @@ macro_rules! binary_methods {
 
 binary_methods!(
     /// Elementwise `self + rhs`.
-    add, add_scalar => Add,
+    add => Op::Binary(BinaryOp::Add),
     /// Elementwise `self - rhs`.
-    sub, sub_scalar => Sub,
+    sub => Op::Binary(BinaryOp::Sub),
     /// Elementwise `self * rhs`.
-    mul, mul_scalar => Mul,
+    mul => Op::Binary(BinaryOp::Mul),
     /// Elementwise `self / rhs` (integers truncate toward zero).
-    div, div_scalar => Div,
+    div => Op::Binary(BinaryOp::Div),
     /// Elementwise `self ^ rhs`.
-    pow, pow_scalar => Pow,
+    pow => Op::Binary(BinaryOp::Pow),
     /// Elementwise NaN-propagating maximum.
-    maximum, maximum_scalar => Maximum,
+    maximum => Op::Binary(BinaryOp::Maximum),
     /// Elementwise NaN-propagating minimum.
-    minimum, minimum_scalar => Minimum,
-);
-
-macro_rules! compare_methods {
-    ($($(#[$doc:meta])* $name:ident, $scalar:ident => $op:ident),* $(,)?) => {
-        impl Tensor {
-            $(
-                $(#[$doc])*
-                /// Broadcasting; returns a bool tensor. NaN compares unequal to everything.
-                #[track_caller]
-                pub fn $name(&self, rhs: &Tensor) -> Result<Tensor> {
-                    Tensor::apply(Op::Compare(CmpOp::$op), &[self, rhs], Location::caller())
-                }
-
-                /// Same comparison against a host scalar.
-                #[track_caller]
-                pub fn $scalar(&self, rhs: f64) -> Result<Tensor> {
-                    let loc = Location::caller();
-                    let c = self.scalar_operand(stringify!($scalar), rhs, loc)?;
-                    Tensor::apply_args(Op::Compare(CmpOp::$op), &[Arg::T(self), c], loc)
-                }
-            )*
-        }
-    };
-}
-
-compare_methods!(
-    /// `self == rhs`.
-    eq, eq_scalar => Eq,
-    /// `self != rhs`.
-    ne, ne_scalar => Ne,
-    /// `self < rhs`.
-    lt, lt_scalar => Lt,
-    /// `self <= rhs`.
-    le, le_scalar => Le,
-    /// `self > rhs`.
-    gt, gt_scalar => Gt,
-    /// `self >= rhs`.
-    ge, ge_scalar => Ge,
+    minimum => Op::Binary(BinaryOp::Minimum),
+    /// `self == rhs`, a bool tensor (NaN compares unequal to everything).
+    eq => Op::Compare(CmpOp::Eq),
+    /// `self != rhs`, a bool tensor.
+    ne => Op::Compare(CmpOp::Ne),
+    /// `self < rhs`, a bool tensor.
+    lt => Op::Compare(CmpOp::Lt),
+    /// `self <= rhs`, a bool tensor.
+    le => Op::Compare(CmpOp::Le),
+    /// `self > rhs`, a bool tensor.
+    gt => Op::Compare(CmpOp::Gt),
+    /// `self >= rhs`, a bool tensor.
+    ge => Op::Compare(CmpOp::Ge),
 );
 
 macro_rules! reduce_methods {
-    ($($(#[$doc:meta])* $name:ident, $all:ident => $op:ident),* $(,)?) => {
+    ($($(#[$doc:meta])* $name:ident => $op:ident),* $(,)?) => {
         impl Tensor {
             $(
                 $(#[$doc])*
-                /// Over `axes` (negative counts from the end; empty = no reduction).
+                ///
+                /// Over `dims`: one axis (`-1`), several (`[0, 2]`) or all
+                /// (`..`); negative axes count from the end, an empty list
+                /// reduces nothing. `keepdim` keeps reduced axes as size 1.
                 #[track_caller]
-                pub fn $name(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
+                pub fn $name(&self, dims: impl Into<Dims>, keepdim: bool) -> Result<Tensor> {
                     let loc = Location::caller();
-                    let axes = self.axes(stringify!($name), axes, loc)?;
+                    let axes = dims
+                        .into()
+                        .resolve(self.rank())
+                        .map_err(|e| Error::op(stringify!($name), e, self.describe(), loc))?;
                     Tensor::apply(Op::Reduce { op: ReduceOp::$op, axes, keepdim }, &[self], loc)
-                }
-
-                /// Over every axis, to a scalar.
-                #[track_caller]
-                pub fn $all(&self) -> Result<Tensor> {
-                    let axes: Axes = (0..self.rank()).collect();
-                    Tensor::apply(Op::Reduce { op: ReduceOp::$op, axes, keepdim: false }, &[self], Location::caller())
                 }
             )*
         }
@@ -160,56 +129,16 @@ macro_rules! reduce_methods {
 
 reduce_methods!(
     /// Sum.
-    sum, sum_all => Sum,
+    sum => Sum,
     /// Arithmetic mean (float).
-    mean, mean_all => Mean,
+    mean => Mean,
     /// Maximum (NaN-propagating).
-    max, max_all => Max,
+    max => Max,
     /// Minimum (NaN-propagating).
-    min, min_all => Min,
+    min => Min,
 );
 
 impl Tensor {
-    /// A host scalar operand of this tensor's dtype, validated for `op`.
-    /// Inlined into each `*_scalar` method, with the error built out of
-    /// line: returned through memory, the operand was written in parts and
-    /// read back whole, a store-forwarding stall on every scalar op.
-    #[inline(always)]
-    pub(crate) fn scalar_operand(
-        &self,
-        op: &'static str,
-        v: f64,
-        loc: &'static Location<'static>,
-    ) -> Result<Arg<'static>> {
-        let value = literal_for(v, self.dtype());
-        match lazyfuse_ir::check_literal(value, self.dtype()) {
-            Ok(()) => Ok(Arg::Scalar(value, self.dtype())),
-            Err(e) => Err(self.scalar_error(op, e, v, loc)),
-        }
-    }
-
-    /// [`Tensor::scalar_operand`]'s error: a value the dtype cannot hold.
-    #[cold]
-    #[inline(never)]
-    fn scalar_error(
-        &self,
-        op: &'static str,
-        e: lazyfuse_ir::InferError,
-        v: f64,
-        loc: &'static Location<'static>,
-    ) -> Error {
-        Error::op(op, e, format!("{}, {v}", self.describe()), loc)
-    }
-
-    pub(crate) fn axes(
-        &self,
-        op: &'static str,
-        axes: &[isize],
-        loc: &'static Location<'static>,
-    ) -> Result<Axes> {
-        normalize_axes(axes, self.rank()).map_err(|e| Error::op(op, e, self.describe(), loc))
-    }
-
     pub(crate) fn axis(
         &self,
         op: &'static str,
@@ -247,9 +176,22 @@ impl Tensor {
         Tensor::apply(Op::Reshape(Shape::new(dims)), &[self], Location::caller())
     }
 
-    /// Reorders dimensions: output dim `i` is input dim `perm[i]`.
+    /// Reorders dimensions: output dim `i` is input dim `perm[i]` (negative
+    /// counts from the end).
     #[track_caller]
-    pub fn permute(&self, perm: &[usize]) -> Result<Tensor> {
+    pub fn permute(&self, perm: &[isize]) -> Result<Tensor> {
+        let loc = Location::caller();
+        let perm = perm
+            .iter()
+            .map(|&a| self.axis("permute", a, self.rank(), loc))
+            .collect::<Result<Axes>>()?;
+        Tensor::apply(Op::Permute(perm), &[self], loc)
+    }
+
+    /// [`Tensor::permute`] with axes already normalised (the core's own
+    /// layout code, which computes permutations as `usize`).
+    #[track_caller]
+    pub(crate) fn permute_axes(&self, perm: &[usize]) -> Result<Tensor> {
         Tensor::apply(
             Op::Permute(Axes::from_slice(perm)),
             &[self],

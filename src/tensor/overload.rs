@@ -1,6 +1,8 @@
 //! `std::ops` overloads. They return `Result<Tensor>` (like candle) because a
 //! shape or dtype mismatch is an error value, never a panic.
 
+use super::create::literal_for;
+use super::operand::Operand;
 use super::{Arg, Tensor};
 use crate::Result;
 use lazyfuse_ir::{BinaryOp, Op, UnaryOp};
@@ -12,53 +14,25 @@ impl Tensor {
     #[track_caller]
     fn scalar_lhs(&self, op: BinaryOp, lhs: f64) -> Result<Tensor> {
         let loc = Location::caller();
-        let c = self.scalar_operand(op.name(), lhs, loc)?;
+        let c = self.scalar_operand(op.name(), literal_for(lhs, self.dtype()), loc)?;
         Tensor::apply_args(Op::Binary(op), &[c, Arg::T(self)], loc)
     }
 }
 
 macro_rules! overload {
-    ($trait:ident, $method:ident, $tensor_fn:ident, $scalar_fn:ident, $op:ident) => {
-        impl $trait<&Tensor> for &Tensor {
+    ($trait:ident, $method:ident, $op:ident) => {
+        impl<R: Operand> $trait<R> for &Tensor {
             type Output = Result<Tensor>;
             #[track_caller]
-            fn $method(self, rhs: &Tensor) -> Result<Tensor> {
-                Tensor::$tensor_fn(&self, rhs)
+            fn $method(self, rhs: R) -> Result<Tensor> {
+                Tensor::$method(self, rhs)
             }
         }
-        impl $trait<Tensor> for Tensor {
+        impl<R: Operand> $trait<R> for Tensor {
             type Output = Result<Tensor>;
             #[track_caller]
-            fn $method(self, rhs: Tensor) -> Result<Tensor> {
-                Tensor::$tensor_fn(&self, &rhs)
-            }
-        }
-        impl $trait<&Tensor> for Tensor {
-            type Output = Result<Tensor>;
-            #[track_caller]
-            fn $method(self, rhs: &Tensor) -> Result<Tensor> {
-                Tensor::$tensor_fn(&self, rhs)
-            }
-        }
-        impl $trait<Tensor> for &Tensor {
-            type Output = Result<Tensor>;
-            #[track_caller]
-            fn $method(self, rhs: Tensor) -> Result<Tensor> {
-                Tensor::$tensor_fn(&self, &rhs)
-            }
-        }
-        impl $trait<f64> for &Tensor {
-            type Output = Result<Tensor>;
-            #[track_caller]
-            fn $method(self, rhs: f64) -> Result<Tensor> {
-                Tensor::$scalar_fn(&self, rhs)
-            }
-        }
-        impl $trait<f64> for Tensor {
-            type Output = Result<Tensor>;
-            #[track_caller]
-            fn $method(self, rhs: f64) -> Result<Tensor> {
-                Tensor::$scalar_fn(&self, rhs)
+            fn $method(self, rhs: R) -> Result<Tensor> {
+                Tensor::$method(&self, rhs)
             }
         }
         impl $trait<&Tensor> for f64 {
@@ -78,10 +52,10 @@ macro_rules! overload {
     };
 }
 
-overload!(Add, add, add, add_scalar, Add);
-overload!(Sub, sub, sub, sub_scalar, Sub);
-overload!(Mul, mul, mul, mul_scalar, Mul);
-overload!(Div, div, div, div_scalar, Div);
+overload!(Add, add, Add);
+overload!(Sub, sub, Sub);
+overload!(Mul, mul, Mul);
+overload!(Div, div, Div);
 
 impl Neg for &Tensor {
     type Output = Result<Tensor>;

@@ -117,7 +117,7 @@ impl Side {
                 let x = t(self, *i);
                 let safe = |s: &mut Side, one: bool| -> Result<Tensor> {
                     let a = x.abs()?;
-                    let a = if one { a.add_scalar(1.0)? } else { a };
+                    let a = if one { a.add(1.0)? } else { a };
                     s.mark();
                     Ok(a)
                 };
@@ -149,7 +149,7 @@ impl Side {
                     B::Min => x.minimum(&y)?,
                     B::OpAdd => (&x + &y)?,
                     B::DivSafe => {
-                        let d = y.abs()?.add_scalar(1.0)?;
+                        let d = y.abs()?.add(1.0)?;
                         self.mark();
                         x.div(&d)?
                     }
@@ -158,16 +158,16 @@ impl Side {
             Call::Scalar(s, i, v) => {
                 let x = t(self, *i);
                 match s {
-                    Sc::Add => x.add_scalar(*v)?,
-                    Sc::Mul => x.mul_scalar(*v)?,
-                    Sc::Div => x.div_scalar(*v)?,
-                    Sc::Pow => x.pow_scalar(*v)?,
-                    Sc::Max => x.maximum_scalar(*v)?,
+                    Sc::Add => x.add(*v)?,
+                    Sc::Mul => x.mul(*v)?,
+                    Sc::Div => x.div(*v)?,
+                    Sc::Pow => x.pow(*v)?,
+                    Sc::Max => x.maximum(*v)?,
                     Sc::Lhs => (*v - &x)?,
                 }
             }
             Call::Compare(i, j) => t(self, *i).lt(self.t(*j))?,
-            Call::CompareScalar(i, v) => t(self, *i).ge_scalar(*v)?,
+            Call::CompareScalar(i, v) => t(self, *i).ge(*v)?,
             Call::Where(c, i, j) => t(self, *c).where_cond(self.t(*i), self.t(*j))?,
             Call::Reduce(r, i, axes, k) => {
                 let x = t(self, *i);
@@ -181,10 +181,10 @@ impl Side {
             Call::ReduceAll(r, i) => {
                 let x = t(self, *i);
                 match r {
-                    R::Sum => x.sum_all()?,
-                    R::Mean => x.mean_all()?,
-                    R::Max => x.max_all()?,
-                    R::Min => x.min_all()?,
+                    R::Sum => x.sum(.., false)?,
+                    R::Mean => x.mean(.., false)?,
+                    R::Max => x.max(.., false)?,
+                    R::Min => x.min(.., false)?,
                 }
             }
             Call::Argmax(i, a, k) => t(self, *i).argmax(*a, *k)?,
@@ -194,7 +194,22 @@ impl Side {
                 Sm::LogSumExp(k) => t(self, *i).logsumexp(*a, *k)?,
             },
             Call::Reshape(i, d) => t(self, *i).reshape(d)?,
-            Call::Permute(i, p) => t(self, *i).permute(p)?,
+            Call::Permute(i, p) => {
+                // Every other axis spelled negative: both forms are the API.
+                let r = p.len() as isize;
+                let signed: Vec<isize> = p
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &a)| {
+                        if k % 2 == 1 {
+                            a as isize - r
+                        } else {
+                            a as isize
+                        }
+                    })
+                    .collect();
+                t(self, *i).permute(&signed)?
+            }
             Call::Transpose(i, a, b) => t(self, *i).transpose(*a, *b)?,
             Call::Narrow(i, a, s, l) => t(self, *i).narrow(*a, *s, *l)?,
             Call::Squeeze(i, a) => t(self, *i).squeeze(*a)?,
@@ -215,11 +230,7 @@ impl Side {
                 self.mark();
                 t(self, *i).gather(*a, &idx)?
             }
-            Call::DropoutFn(i, p, seed, train) => {
-                let s = Tensor::seed(*seed, &self.dev)?;
-                self.mark();
-                t(self, *i).dropout(*p, &s, *train)?
-            }
+            Call::DropoutFn(i, p, seed, train) => t(self, *i).dropout(*p, *seed as u64, *train)?,
             Call::Forward(l, i) => {
                 let x = t(self, *i);
                 match l {
@@ -248,7 +259,7 @@ impl Side {
                 return Ok(Out::Unit);
             }
             Call::Loss(i, retain) => {
-                let l = t(self, *i).mean_all()?;
+                let l = t(self, *i).mean(.., false)?;
                 self.mark();
                 if *retain {
                     l.backward_retain_graph()?

@@ -154,19 +154,19 @@ pub fn step_op(step: &Step) -> Option<(Op, Vec<usize>)> {
 
 fn scalar_method(t: &Tensor, op: &Op, v: f64) -> lazyfuse::Result<Tensor> {
     match op {
-        Op::Binary(BinaryOp::Add) => t.add_scalar(v),
-        Op::Binary(BinaryOp::Sub) => t.sub_scalar(v),
-        Op::Binary(BinaryOp::Mul) => t.mul_scalar(v),
-        Op::Binary(BinaryOp::Div) => t.div_scalar(v),
-        Op::Binary(BinaryOp::Pow) => t.pow_scalar(v),
-        Op::Binary(BinaryOp::Maximum) => t.maximum_scalar(v),
-        Op::Binary(BinaryOp::Minimum) => t.minimum_scalar(v),
-        Op::Compare(CmpOp::Eq) => t.eq_scalar(v),
-        Op::Compare(CmpOp::Ne) => t.ne_scalar(v),
-        Op::Compare(CmpOp::Lt) => t.lt_scalar(v),
-        Op::Compare(CmpOp::Le) => t.le_scalar(v),
-        Op::Compare(CmpOp::Gt) => t.gt_scalar(v),
-        Op::Compare(CmpOp::Ge) => t.ge_scalar(v),
+        Op::Binary(BinaryOp::Add) => t.add(v),
+        Op::Binary(BinaryOp::Sub) => t.sub(v),
+        Op::Binary(BinaryOp::Mul) => t.mul(v),
+        Op::Binary(BinaryOp::Div) => t.div(v),
+        Op::Binary(BinaryOp::Pow) => t.pow(v),
+        Op::Binary(BinaryOp::Maximum) => t.maximum(v),
+        Op::Binary(BinaryOp::Minimum) => t.minimum(v),
+        Op::Compare(CmpOp::Eq) => t.eq(v),
+        Op::Compare(CmpOp::Ne) => t.ne(v),
+        Op::Compare(CmpOp::Lt) => t.lt(v),
+        Op::Compare(CmpOp::Le) => t.le(v),
+        Op::Compare(CmpOp::Gt) => t.gt(v),
+        Op::Compare(CmpOp::Ge) => t.ge(v),
         _ => panic!("not a scalar op: {op:?}"),
     }
 }
