@@ -9,7 +9,7 @@
 //! value or an explicit wait blocks.
 
 use super::predict::Predictor;
-use super::value::{TensorInner, TensorState};
+use super::value::{GraphHandle, Recorder, TensorInner, TensorState};
 use crate::executor::{Input, Latch, Slot};
 use crate::metrics::{self, FlushReason, COUNTERS as C};
 use crate::runtime::DeviceBuffer;
@@ -24,6 +24,8 @@ use std::sync::Arc;
 /// One thread's pending graph on one device.
 pub(crate) struct ThreadGraph {
     pub(super) device: Device,
+    /// What the values pending here hold of this graph.
+    pub(super) handle: Arc<GraphHandle>,
     /// The device mesh whose values are recorded here, with one-device
     /// values. The device's first graph takes the first mesh used on this
     /// thread (so a program on one mesh keeps one graph: its steps fuse as
@@ -173,8 +175,9 @@ fn with_thread_graph<R>(
                 }
             }
         }
-        let g = Arc::new(ThreadGraph {
+        let g = Arc::new_cyclic(|me: &std::sync::Weak<ThreadGraph>| ThreadGraph {
             device: device.clone(),
+            handle: GraphHandle::new(me.clone()),
             mesh: Mutex::new(mesh.cloned()),
             state: Mutex::new(GraphState::new()),
             predictor: Mutex::new(Predictor::default()),
@@ -359,12 +362,12 @@ fn append(
     let gen = g.gen;
     // A recycled value when there is one (nothing else can hold it).
     let spare = g.spare.pop().and_then(|mut t| {
-        Arc::get_mut(&mut t)?.reuse((shape, dtype), tg, id, gen);
+        Arc::get_mut(&mut t)?.reuse((shape, dtype), (&tg.handle, &tg.device), id, gen);
         Some(t)
     });
     let inner = spare.unwrap_or_else(|| {
         let state = TensorState::Pending {
-            graph: tg.clone(),
+            graph: tg.handle.clone(),
             node: id,
             gen,
         };
@@ -463,7 +466,7 @@ fn resolve(t: &Arc<TensorInner>, tg: &Arc<ThreadGraph>) -> Result<Resolved> {
             TensorState::InFlight(_) => return Ok(Resolved::Future(t.clone())),
             TensorState::Failed(e) => return Err((**e).clone()),
             TensorState::Pending { graph, node, gen } => {
-                if Arc::ptr_eq(graph, tg) {
+                if Arc::ptr_eq(graph, &tg.handle) {
                     let (node, gen) = (*node, *gen);
                     let r = Resolved::Node(node, gen);
                     drop(st);
@@ -474,15 +477,34 @@ fn resolve(t: &Arc<TensorInner>, tg: &Arc<ThreadGraph>) -> Result<Resolved> {
                     }
                     return Ok(r);
                 }
-                let other = graph.clone();
+                let other = graph.graph();
                 let (node, gen) = (*node, *gen);
                 drop(st);
-                if let Some(leaf) = other.creation_op(node, gen) {
+                let Some(other) = other else {
+                    return Err(crate::Error::internal(
+                        "an operand's graph no longer exists",
+                    ));
+                };
+                let leaf = other
+                    .as_any()
+                    .downcast_ref::<ThreadGraph>()
+                    .and_then(|g| g.creation_op(node, gen));
+                if let Some(leaf) = leaf {
                     return Ok(leaf);
                 }
                 other.flush_for(FlushReason::CrossThread, std::slice::from_ref(t));
             }
         }
+    }
+}
+
+impl Recorder for ThreadGraph {
+    fn flush_for(&self, reason: FlushReason, need: &[Arc<TensorInner>]) -> Option<Arc<Latch>> {
+        ThreadGraph::flush_for(self, reason, need)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 

@@ -1,7 +1,6 @@
 //! A tensor's value and where it is: the state machine of lazy execution,
 //! and its side of the executor's [`Slot`] seam.
 
-use super::graph::ThreadGraph;
 use crate::executor::{Latch, Slot};
 use crate::metrics::FlushReason;
 use crate::runtime::DeviceBuffer;
@@ -11,7 +10,7 @@ use once_cell::race::OnceBox;
 use parking_lot::Mutex;
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 
 /// [`Extras::flags`]: left out of a flush and kept pending.
 const RETAINED: u8 = 1;
@@ -98,11 +97,54 @@ pub(crate) struct Logical {
     pub zero_padded: bool,
 }
 
+/// What a pending value needs of the graph that recorded it: a trait, so
+/// values name no graph type (the graph module, above this one, owns
+/// values and implements it).
+pub(crate) trait Recorder: Send + Sync + 'static {
+    /// Flushes the graph so that `need` is computed (other live values are
+    /// left to output prediction).
+    fn flush_for(&self, reason: FlushReason, need: &[Arc<TensorInner>]) -> Option<Arc<Latch>>;
+
+    /// The graph itself, for the graph module's own use.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// A graph as the values pending in it see it: one thin pointer in each
+/// value's state (a trait object there would widen every tensor by a
+/// word, past the allocator's fast size class). The graph owns its handle;
+/// the handle reaches the graph weakly, so the two free together. A
+/// thread's graphs live as long as the thread, and its exit computes every
+/// value pending in them, so a pending value always finds its graph.
+pub(crate) struct GraphHandle(Weak<dyn Recorder>);
+
+impl GraphHandle {
+    /// The handle of the graph `graph` points to (made while it is built).
+    pub(crate) fn new(graph: Weak<dyn Recorder>) -> Arc<GraphHandle> {
+        Arc::new(GraphHandle(graph))
+    }
+
+    /// The graph, while it exists.
+    pub(crate) fn graph(&self) -> Option<Arc<dyn Recorder>> {
+        self.0.upgrade()
+    }
+
+    /// Flushes the graph for `need`; `false` if the graph is gone.
+    fn flush_for(&self, reason: FlushReason, need: &[Arc<TensorInner>]) -> bool {
+        match self.graph() {
+            Some(g) => {
+                g.flush_for(reason, need);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
 /// Where a tensor's value is.
 pub(crate) enum TensorState {
     /// Recorded in `graph` (of generation `gen`) as `node`.
     Pending {
-        graph: Arc<ThreadGraph>,
+        graph: Arc<GraphHandle>,
         node: NodeId,
         gen: u64,
     },
@@ -249,13 +291,13 @@ impl TensorInner {
     pub(crate) fn reuse(
         &mut self,
         (shape, dtype): (&Shape, DType),
-        graph: &Arc<ThreadGraph>,
+        (graph, device): (&Arc<GraphHandle>, &Device),
         node: NodeId,
         gen: u64,
     ) {
         self.shape.clone_from(shape);
         self.dtype = dtype;
-        self.device = graph.device.clone();
+        self.device = device.clone();
         *self.node_of.get_mut() = pack_node(gen, node);
         match self.state.get_mut() {
             TensorState::Pending {
@@ -328,7 +370,9 @@ impl TensorInner {
                 TensorState::Pending { graph, .. } => {
                     let graph = graph.clone();
                     drop(st);
-                    graph.flush_for(reason, std::slice::from_ref(self));
+                    if !graph.flush_for(reason, std::slice::from_ref(self)) {
+                        return Err(orphaned());
+                    }
                 }
                 TensorState::InFlight(latch) => {
                     let latch = latch.clone();
@@ -382,7 +426,7 @@ impl Slot for TensorInner {
 /// other live tensors left to output prediction) and waits for them; the
 /// first failure is returned.
 pub(crate) fn materialize_all(ts: &[Arc<TensorInner>], reason: FlushReason) -> Result<()> {
-    let mut groups: Vec<(Arc<ThreadGraph>, Vec<Arc<TensorInner>>)> = Vec::new();
+    let mut groups: Vec<(Arc<GraphHandle>, Vec<Arc<TensorInner>>)> = Vec::new();
     for t in ts {
         t.mark_used();
         if let TensorState::Pending { graph, .. } = &*t.state.lock() {
@@ -393,7 +437,8 @@ pub(crate) fn materialize_all(ts: &[Arc<TensorInner>], reason: FlushReason) -> R
         }
     }
     for (g, need) in &groups {
-        g.flush_for(reason, need);
+        // A graph that is gone leaves its values to fail in `materialize`.
+        let _ = g.flush_for(reason, need);
     }
     let mut first = Ok(());
     for t in ts {
@@ -404,6 +449,13 @@ pub(crate) fn materialize_all(ts: &[Arc<TensorInner>], reason: FlushReason) -> R
         }
     }
     first
+}
+
+/// The error of a value whose graph no longer exists (never expected: a
+/// thread's exit computes what it has pending).
+#[cold]
+fn orphaned() -> Error {
+    Error::internal("a pending value's graph no longer exists")
 }
 
 #[cfg(test)]
