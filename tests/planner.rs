@@ -2,8 +2,10 @@
 //! kernel-count tests): repeated blocks share one executable, lifted scalars
 //! never recompile, a changed shape compiles exactly once more. Structure
 //! (regions, outputs, donations) is asserted on dry-run plans
-//! (`lazyfuse::plan_of`), which need no lock; compile and cache counts
-//! take `metrics_lock`, because they are process-wide counter deltas.
+//! (`lazyfuse::plan_of`): a plan is the same whatever runs beside it.
+//! Compile and cache counts are process-wide counter deltas, so every test
+//! here that runs a graph takes `metrics_lock`, not to move the counters
+//! another test is reading.
 
 mod common;
 use common::{dev, metrics_lock};
@@ -24,6 +26,7 @@ test_device!(
 );
 
 fn a_dry_run_plans_without_running() {
+    let _l = metrics_lock();
     let d = dev();
     let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2], &d).unwrap();
     let (y, plan) = plan_of(|| {
@@ -53,6 +56,7 @@ fn a_dry_run_plans_without_running() {
 }
 
 fn a_dry_run_sees_layer_groups() {
+    let _l = metrics_lock();
     let _f = FusionGuard::new(true);
     let d = dev();
     for (layers, regions) in [(2, 1), (8, 3)] {
@@ -74,6 +78,7 @@ fn a_dry_run_sees_layer_groups() {
 }
 
 fn a_dry_run_sees_donations() {
+    let _l = metrics_lock();
     let _f = FusionGuard::new(true);
     let d = dev();
     let x = Tensor::zeros(&[64], DType::F32, &d).unwrap();

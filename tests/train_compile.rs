@@ -49,7 +49,7 @@ fn a_training_step_compiles_once_then_hits_the_cache() {
 /// A scalar the program holds at a flush used to be computed by a region,
 /// its value part of the key: a loop making one per step compiled every
 /// step. Two ways natural code holds one: a scalar tensor read in two
-/// graphs, and the constant of a `mul_scalar` that autograd saves for the
+/// graphs, and the constant of a scalar `mul` that autograd saves for the
 /// backward of a loss built from two micro-batches.
 #[test]
 fn a_scalar_made_fresh_each_step_compiles_nothing_new() {

@@ -126,7 +126,7 @@ pub enum Call {
     Detach(usize),
     NoGrad(Box<Call>),
     Backward(usize, bool),
-    /// `mean_all` then `backward` (or `backward_retain_graph`).
+    /// `mean(.., false)` then `backward` (or `backward_retain_graph`).
     Loss(usize, bool),
     Grad(usize),
     ZeroGrad(usize),

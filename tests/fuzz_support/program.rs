@@ -26,7 +26,7 @@ pub enum Step {
     },
     /// `Tensor::apply_op(op, args)`.
     Apply { op: Op, args: Vec<usize> },
-    /// A typed `*_scalar` method (`add_scalar`, `lt_scalar`, ...): `op` is the
+    /// An op with a host scalar operand (`x.add(1.5)`, `x.lt(0.0)`, ...): `op` is the
     /// `Op::Binary` or `Op::Compare` it records, with `value` as a rank-0 rhs.
     Scalar { op: Op, arg: usize, value: f64 },
     /// Read a value in the middle of the program (`to_host`, a sync point).

@@ -125,7 +125,7 @@ pub fn random_data(rng: &mut Rng, dims: &[usize], dtype: DType) -> HostTensor {
     }
 }
 
-/// Host scalars worth trying as `full` values and `*_scalar` operands of `dtype`.
+/// Host scalars worth trying as `full` values and host scalar operands of `dtype`.
 pub fn scalar_candidates(dtype: DType) -> Vec<f64> {
     match dtype {
         DType::Bool => vec![0.0, 1.0],
@@ -143,7 +143,7 @@ pub fn scalar_candidates(dtype: DType) -> Vec<f64> {
 }
 
 /// The literal a host scalar `value` denotes in `dtype` (the rule the
-/// `Tensor` API applies to `full` and `*_scalar` arguments).
+/// `Tensor` API applies to `full` and host scalar operands).
 pub fn literal_for(value: f64, dtype: DType) -> Literal {
     match dtype {
         DType::Bool => Literal::Bool(value != 0.0),

@@ -8,7 +8,7 @@
 //!
 //! Fusion must never change an answer, so a few XLA defaults are
 //! overridden (each found to change IEEE results when ops that ran as
-//! separate regions land in one; regression tests in `tests/ieee.rs`). They
+//! separate regions land in one; regression tests in `tests/semantics/ieee.rs`). They
 //! are set through `env_option_overrides`, which XLA applies on top of its
 //! default debug options (a `debug_options` message would reset all others).
 //! - `xla_allow_excess_precision` off: XLA would drop a `convert` pair such
@@ -31,7 +31,7 @@
 //!   by one. Subnormal constants are also stored flushed
 //!   (`lazyfuse_ir::interp::scalar_constant`), because LLVM folds what it
 //!   sees inside a fused kernel as well
-//!   (`tests/ieee.rs::subnormal_constants_are_zeros_for_the_compiler_too`).
+//!   (`tests/semantics/ieee.rs::subnormal_constants_are_zeros_for_the_compiler_too`).
 //! - On XLA's CPU backend only ([`platform_overrides`]), also
 //!   `tree_reduction_rewriter`: it turns every reduction of more than 32
 //!   elements into a `reduce-window` of 32-element windows and a second
