@@ -65,9 +65,9 @@ mod armed {
     }
 }
 
-#[cfg(feature = "test-util")]
-#[cfg(feature = "xla")]
+#[cfg(all(feature = "test-util", feature = "xla"))]
 pub(crate) use armed::compile_fault_op;
+#[cfg(feature = "test-util")]
 pub(crate) use armed::execution_fault;
 #[cfg(feature = "test-util")]
 pub use armed::{inject_compile_fault, inject_execution_fault};
