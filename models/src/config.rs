@@ -99,6 +99,127 @@ pub(crate) fn token_ids(v: Option<&Value>) -> Vec<u32> {
     }
 }
 
+/// `model_type` (`llama` when absent), rejecting architectures whose
+/// weights this crate cannot load.
+fn parse_model_type(v: &Value) -> Result<String> {
+    let model_type = v
+        .get("model_type")
+        .and_then(Value::as_str)
+        .unwrap_or("llama")
+        .to_string();
+    if !["llama", "qwen2", "mistral"].contains(&model_type.as_str()) {
+        return Err(bad(
+            "model_type",
+            format!("{model_type:?} is not a Llama-architecture model (llama, qwen2, mistral)"),
+        ));
+    }
+    Ok(model_type)
+}
+
+/// `num_key_value_heads` (`heads` when absent, i.e. no grouped-query
+/// attention), which must divide the `heads` query heads.
+fn parse_kv_heads(v: &Value, heads: usize) -> Result<usize> {
+    let kv_heads = match v.get("num_key_value_heads") {
+        None | Some(Value::Null) => heads,
+        Some(_) => usize_field(v, "num_key_value_heads")?,
+    };
+    if kv_heads == 0 || heads % kv_heads != 0 {
+        return Err(bad(
+            "num_key_value_heads",
+            format!("{kv_heads} does not divide num_attention_heads {heads}"),
+        ));
+    }
+    Ok(kv_heads)
+}
+
+/// `head_dim`, else `hidden_size / heads`; it must be even, since rotary
+/// embeddings rotate pairs of dimensions.
+fn parse_head_dim(v: &Value, hidden_size: usize, heads: usize) -> Result<usize> {
+    let head_dim = match v.get("head_dim") {
+        None | Some(Value::Null) => {
+            if hidden_size % heads != 0 {
+                return Err(bad(
+                    "hidden_size",
+                    format!(
+                        "{hidden_size} is not a multiple of {heads} heads and no head_dim is given"
+                    ),
+                ));
+            }
+            hidden_size / heads
+        }
+        Some(_) => usize_field(v, "head_dim")?,
+    };
+    if head_dim % 2 != 0 {
+        return Err(bad(
+            "head_dim",
+            format!("{head_dim} is odd; rotary embeddings need pairs"),
+        ));
+    }
+    Ok(head_dim)
+}
+
+/// The rotary base and scaling, from either spelling transformers writes:
+/// transformers 5's `rope_parameters { rope_type, rope_theta, ... }`, or
+/// (before) a top-level `rope_theta` and an optional `rope_scaling` object.
+fn parse_rope(v: &Value) -> Result<(f64, RopeScaling)> {
+    let params = v.get("rope_parameters").filter(|p| p.is_object());
+    let scaling_obj = params.or_else(|| v.get("rope_scaling").filter(|p| p.is_object()));
+    let rope_theta = match params
+        .map(|p| opt_f64(p, "rope_theta"))
+        .transpose()?
+        .flatten()
+    {
+        Some(t) => t,
+        None => opt_f64(v, "rope_theta")?.unwrap_or(10000.0),
+    };
+    let rope_scaling = match scaling_obj {
+        None => RopeScaling::Default,
+        Some(s) => parse_rope_scaling(s)?,
+    };
+    Ok((rope_theta, rope_scaling))
+}
+
+/// The scaling a rope parameters object `s` names by `rope_type` (or the
+/// older `type`): only `default` and `llama3`, whose factors are required.
+fn parse_rope_scaling(s: &Value) -> Result<RopeScaling> {
+    let kind = s
+        .get("rope_type")
+        .or_else(|| s.get("type"))
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    match kind {
+        "default" => Ok(RopeScaling::Default),
+        "llama3" => {
+            let need = |f: &str| {
+                opt_f64(s, f)?.ok_or_else(|| bad(&format!("rope scaling {f}"), "missing"))
+            };
+            Ok(RopeScaling::Llama3 {
+                factor: need("factor")?,
+                low_freq_factor: need("low_freq_factor")?,
+                high_freq_factor: need("high_freq_factor")?,
+                original_max_position_embeddings: need("original_max_position_embeddings")?,
+            })
+        }
+        other => Err(bad(
+            "rope_type",
+            format!("{other:?} is not supported (default, llama3)"),
+        )),
+    }
+}
+
+/// Rejects a `hidden_act` other than `silu`: the MLP is always SwiGLU.
+fn check_hidden_act(v: &Value) -> Result<()> {
+    if let Some(act) = v.get("hidden_act").and_then(Value::as_str) {
+        if act != "silu" {
+            return Err(bad(
+                "hidden_act",
+                format!("{act:?} is not supported (the SwiGLU MLP uses silu)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl LlamaConfig {
     /// Reads `dir/config.json`.
     pub fn from_dir(dir: &Path) -> Result<LlamaConfig> {
@@ -112,17 +233,7 @@ impl LlamaConfig {
 
     /// Parses a `config.json` value.
     pub fn from_json(v: &Value) -> Result<LlamaConfig> {
-        let model_type = v
-            .get("model_type")
-            .and_then(Value::as_str)
-            .unwrap_or("llama")
-            .to_string();
-        if !["llama", "qwen2", "mistral"].contains(&model_type.as_str()) {
-            return Err(bad(
-                "model_type",
-                format!("{model_type:?} is not a Llama-architecture model (llama, qwen2, mistral)"),
-            ));
-        }
+        let model_type = parse_model_type(v)?;
         let hidden_size = usize_field(v, "hidden_size")?;
         let heads = usize_field(v, "num_attention_heads")?;
         if heads == 0 || hidden_size == 0 {
@@ -131,88 +242,14 @@ impl LlamaConfig {
                 "heads and hidden_size must be positive",
             ));
         }
-        let kv_heads = match v.get("num_key_value_heads") {
-            None | Some(Value::Null) => heads,
-            Some(_) => usize_field(v, "num_key_value_heads")?,
-        };
-        if kv_heads == 0 || heads % kv_heads != 0 {
-            return Err(bad(
-                "num_key_value_heads",
-                format!("{kv_heads} does not divide num_attention_heads {heads}"),
-            ));
-        }
-        let head_dim = match v.get("head_dim") {
-            None | Some(Value::Null) => {
-                if hidden_size % heads != 0 {
-                    return Err(bad("hidden_size", format!("{hidden_size} is not a multiple of {heads} heads and no head_dim is given")));
-                }
-                hidden_size / heads
-            }
-            Some(_) => usize_field(v, "head_dim")?,
-        };
-        if head_dim % 2 != 0 {
-            return Err(bad(
-                "head_dim",
-                format!("{head_dim} is odd; rotary embeddings need pairs"),
-            ));
-        }
-        // transformers 5: rope_parameters { rope_type, rope_theta, ... };
-        // before: top-level rope_theta and an optional rope_scaling object.
-        let params = v.get("rope_parameters").filter(|p| p.is_object());
-        let scaling_obj = params.or_else(|| v.get("rope_scaling").filter(|p| p.is_object()));
-        let rope_theta = match params
-            .map(|p| opt_f64(p, "rope_theta"))
-            .transpose()?
-            .flatten()
-        {
-            Some(t) => t,
-            None => opt_f64(v, "rope_theta")?.unwrap_or(10000.0),
-        };
-        let rope_scaling = match scaling_obj {
-            None => RopeScaling::Default,
-            Some(s) => {
-                let kind = s
-                    .get("rope_type")
-                    .or_else(|| s.get("type"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("default");
-                match kind {
-                    "default" => RopeScaling::Default,
-                    "llama3" => {
-                        let need = |f: &str| {
-                            opt_f64(s, f)?
-                                .ok_or_else(|| bad(&format!("rope scaling {f}"), "missing"))
-                        };
-                        RopeScaling::Llama3 {
-                            factor: need("factor")?,
-                            low_freq_factor: need("low_freq_factor")?,
-                            high_freq_factor: need("high_freq_factor")?,
-                            original_max_position_embeddings: need(
-                                "original_max_position_embeddings",
-                            )?,
-                        }
-                    }
-                    other => {
-                        return Err(bad(
-                            "rope_type",
-                            format!("{other:?} is not supported (default, llama3)"),
-                        ))
-                    }
-                }
-            }
-        };
+        let kv_heads = parse_kv_heads(v, heads)?;
+        let head_dim = parse_head_dim(v, hidden_size, heads)?;
+        let (rope_theta, rope_scaling) = parse_rope(v)?;
         let attention_bias = v
             .get("attention_bias")
             .and_then(Value::as_bool)
             .unwrap_or(false);
-        if let Some(act) = v.get("hidden_act").and_then(Value::as_str) {
-            if act != "silu" {
-                return Err(bad(
-                    "hidden_act",
-                    format!("{act:?} is not supported (the SwiGLU MLP uses silu)"),
-                ));
-            }
-        }
+        check_hidden_act(v)?;
         let qwen = model_type == "qwen2";
         let vocab_size = usize_field(v, "vocab_size")?;
         if vocab_size == 0 {

@@ -70,19 +70,7 @@ fn accumulate(slot: &mut Option<Tensor>, g: Tensor) -> Result<()> {
 
 /// `root.backward()`: see [`Tensor::backward`].
 pub(super) fn run(root: &Tensor, retain: bool, loc: &'static Location<'static>) -> Result<()> {
-    let bad = |why: String| Err(Error::op("backward", why, root.describe(), loc));
-    if root.numel() != 1 {
-        return bad(format!(
-            "needs a one-element (scalar) tensor, got {} elements; reduce it first (e.g. mean_all)",
-            root.numel()
-        ));
-    }
-    if !root.dtype().is_float() {
-        return bad("needs a float tensor".into());
-    }
-    let Some(rm) = meta_arc(root).filter(|_| requires(root)) else {
-        return bad("this tensor does not require grad: no input was marked with set_requires_grad(true) (or it was computed under no_grad)".into());
-    };
+    let rm = check_root(root, loc)?;
     let _ng = NoGradGuard::new();
     if let Meta::Leaf { grad, .. } = &*rm {
         accumulate(&mut grad.lock(), root.ones_like()?)?;
@@ -110,60 +98,13 @@ pub(super) fn run(root: &Tensor, retain: bool, loc: &'static Location<'static>) 
         let Some(g) = grads.remove(&key(m)) else {
             continue;
         };
-        let need: SmallVec<[bool; 3]> = inputs
-            .iter()
-            .map(|s| matches!(s, Saved::T(t) if requires(t)))
-            .collect();
-        let device = g.device().clone();
-        let xs: Vec<Tensor> = inputs
-            .iter()
-            .map(|s| match s {
-                Saved::T(t) => Ok(t.clone()),
-                Saved::Scalar(l, d) => Tensor::full(l.as_f64(), &[], *d, &device),
-            })
-            .collect::<Result<_>>()?;
-        let out = match outs
-            .remove(&key(m))
-            .or_else(|| node.out.upgrade().map(Tensor))
-        {
-            Some(out) => out,
-            // Not reached from a consumer that saved it (nor alive): record
-            // the op again from its operands.
-            None => {
-                let args: SmallVec<[Arg<'_>; 3]> = xs.iter().map(Arg::T).collect();
-                Tensor::apply_args(node.op.clone(), &args, node.origin)?
-            }
-        };
-        let gs = rules::input_grads(&node.op, &xs, &out, &g, &need)?;
+        let (gs, need) = node_grads(node, &inputs, outs.remove(&key(m)), &g)?;
         for ((s, gi), needed) in inputs.iter().zip(gs).zip(need) {
             let (Saved::T(t), Some(gi), true) = (s, gi, needed) else {
                 continue;
             };
             debug_assert_eq!(gi.shape(), t.shape(), "{} gradient shape", node.op.name());
-            let m = meta_arc(t);
-            match m.as_deref() {
-                Some(Meta::Leaf { grad, .. }) => {
-                    // A parameter split over a mesh (FSDP) gets its gradient
-                    // split the same way: XLA reduce-scatters it instead of
-                    // leaving the whole sum on every device, in whatever
-                    // region computes it.
-                    let gi = match t.placed_split() {
-                        Some(split) => gi.constrain(&split)?,
-                        None => gi,
-                    };
-                    accumulate(&mut grad.lock(), gi)?
-                }
-                Some(Meta::Node(_)) => {
-                    let k = key(m.as_ref().expect("checked above"));
-                    let mut slot = grads.remove(&k);
-                    accumulate(&mut slot, gi)?;
-                    grads.insert(k, slot.expect("just accumulated"));
-                    if !retain {
-                        outs.entry(k).or_insert_with(|| t.clone());
-                    }
-                }
-                None => {}
-            }
+            deliver(t, gi, &mut grads, (!retain).then_some(&mut outs))?;
         }
     }
     drop(order);
@@ -171,4 +112,91 @@ pub(super) fn run(root: &Tensor, retain: bool, loc: &'static Location<'static>) 
     // forward pass, the backward pass and the optimizer update (which syncs)
     // fuse into one executable; reading a gradient flushes as usual.
     Ok(())
+}
+
+/// The root's grad metadata, or why `backward` cannot start from it (an
+/// `Err` that records nothing).
+fn check_root(root: &Tensor, loc: &'static Location<'static>) -> Result<Arc<Meta>> {
+    let bad = |why: String| Err(Error::op("backward", why, root.describe(), loc));
+    if root.numel() != 1 {
+        return bad(format!(
+            "needs a one-element (scalar) tensor, got {} elements; reduce it first (e.g. mean(.., false))",
+            root.numel()
+        ));
+    }
+    if !root.dtype().is_float() {
+        return bad("needs a float tensor".into());
+    }
+    match meta_arc(root).filter(|_| requires(root)) {
+        Some(rm) => Ok(rm),
+        None => bad("this tensor does not require grad: no input was marked with set_requires_grad(true) (or it was computed under no_grad)".into()),
+    }
+}
+
+/// The gradients of `node`'s inputs from the gradient `g` of its output,
+/// and which inputs need one. The rule gets the node's own output: `saved`
+/// (kept by a consumer), else the live output, else the op recorded again
+/// from its operands.
+fn node_grads(
+    node: &GradNode,
+    inputs: &[Saved],
+    saved: Option<Tensor>,
+    g: &Tensor,
+) -> Result<(rules::Grads, SmallVec<[bool; 3]>)> {
+    let need: SmallVec<[bool; 3]> = inputs
+        .iter()
+        .map(|s| matches!(s, Saved::T(t) if requires(t)))
+        .collect();
+    let device = g.device().clone();
+    let xs: Vec<Tensor> = inputs
+        .iter()
+        .map(|s| match s {
+            Saved::T(t) => Ok(t.clone()),
+            Saved::Scalar(l, d) => Tensor::full(l.as_f64(), &[], *d, &device),
+        })
+        .collect::<Result<_>>()?;
+    let out = match saved.or_else(|| node.out.upgrade().map(Tensor)) {
+        Some(out) => out,
+        None => {
+            let args: SmallVec<[Arg<'_>; 3]> = xs.iter().map(Arg::T).collect();
+            Tensor::apply_args(node.op.clone(), &args, node.origin)?
+        }
+    };
+    let gs = rules::input_grads(&node.op, &xs, &out, g, &need)?;
+    Ok((gs, need))
+}
+
+/// Adds the gradient `gi` of input `t`: into its `grad` slot for a leaf,
+/// into the pending sum of its node otherwise (and, with `outs` when the
+/// graph is being released, keeps `t` as that node's output).
+fn deliver(
+    t: &Tensor,
+    gi: Tensor,
+    grads: &mut HashMap<usize, Tensor>,
+    outs: Option<&mut HashMap<usize, Tensor>>,
+) -> Result<()> {
+    let m = meta_arc(t);
+    match m.as_deref() {
+        Some(Meta::Leaf { grad, .. }) => {
+            // A parameter split over a mesh (FSDP) gets its gradient split
+            // the same way: XLA reduce-scatters it instead of leaving the
+            // whole sum on every device, in whatever region computes it.
+            let gi = match t.placed_split() {
+                Some(split) => gi.constrain(&split)?,
+                None => gi,
+            };
+            accumulate(&mut grad.lock(), gi)
+        }
+        Some(Meta::Node(_)) => {
+            let k = key(m.as_ref().expect("checked above"));
+            let mut slot = grads.remove(&k);
+            accumulate(&mut slot, gi)?;
+            grads.insert(k, slot.expect("just accumulated"));
+            if let Some(outs) = outs {
+                outs.entry(k).or_insert_with(|| t.clone());
+            }
+            Ok(())
+        }
+        None => Ok(()),
+    }
 }

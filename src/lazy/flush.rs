@@ -24,6 +24,28 @@ use std::sync::{Arc, Weak};
 /// A live tensor of the flushed graph and its node.
 type Live = (NodeId, Arc<TensorInner>);
 
+/// Starts the graph's next generation and returns the flushed one: its
+/// graph, the tensor of each node, its inputs and its generation. The next
+/// generation starts with this one's room: a loop records graphs of one
+/// size, so its recording never regrows them.
+#[allow(clippy::type_complexity)]
+fn take_generation(
+    g: &mut GraphState,
+) -> (
+    Graph,
+    Vec<Option<Arc<TensorInner>>>,
+    Vec<(NodeId, Input)>,
+    u64,
+) {
+    let (n, m) = (g.graph.len(), g.inputs.len());
+    let graph = std::mem::replace(&mut g.graph, Graph::with_capacity(n));
+    let owners = std::mem::replace(&mut g.owners, Vec::with_capacity(n));
+    let inputs = std::mem::replace(&mut g.inputs, Vec::with_capacity(m));
+    g.leaves.clear();
+    let gen = std::mem::replace(&mut g.gen, super::graph::next_generation());
+    (graph, owners, inputs, gen)
+}
+
 impl ThreadGraph {
     /// Computes everything pending in this graph (no prediction): see
     /// [`ThreadGraph::flush_for`].
@@ -67,14 +89,7 @@ impl ThreadGraph {
         if g.fuse {
             read_futures(&mut g.inputs);
         }
-        // The next generation starts with this one's room: a loop records
-        // graphs of one size, so its recording never regrows them.
-        let (n, m) = (g.graph.len(), g.inputs.len());
-        let graph = std::mem::replace(&mut g.graph, Graph::with_capacity(n));
-        let mut owners = std::mem::replace(&mut g.owners, Vec::with_capacity(n));
-        let mut inputs = std::mem::replace(&mut g.inputs, Vec::with_capacity(m));
-        g.leaves.clear();
-        let old_gen = std::mem::replace(&mut g.gen, super::graph::next_generation());
+        let (graph, mut owners, mut inputs, old_gen) = take_generation(&mut g);
         let live: Vec<Live> = owners
             .iter_mut()
             .enumerate()
@@ -89,24 +104,8 @@ impl ThreadGraph {
             keep_what_pins_dying_inputs(&graph, &inputs, &mut outputs, &mut left_out);
         }
         let used_late = std::mem::take(&mut g.used_left_out);
-        let notes = notes::wanted().then(|| {
-            let p = self.predictor.lock();
-            let mut recomputed = recomputed;
-            // Used by ops of this generation (see `ThreadGraph::recomputed`).
-            recomputed.extend(
-                used_late
-                    .iter()
-                    .filter(|(_, gen)| *gen == old_gen)
-                    .map(|(n, _)| *n),
-            );
-            Box::new(OutputNotes {
-                left_out: left_out
-                    .iter()
-                    .map(|((n, _), site)| (*n, p.why(*site)))
-                    .collect(),
-                recomputed,
-            })
-        });
+        let notes =
+            notes::wanted().then(|| self.output_notes(&left_out, recomputed, &used_late, old_gen));
         if !left_out.is_empty() {
             retain(&graph, &inputs, &outputs, &left_out, &mut g);
             keep_inputs_read_by(&graph, outputs.iter().map(|(n, _)| *n), &mut inputs);
@@ -137,6 +136,27 @@ impl ThreadGraph {
             self.device.executor.run_here(job);
         }
         Some(latch)
+    }
+
+    /// Why each left-out value was left out, and which values were
+    /// recomputed (`recomputed`, plus those of generation `gen` the program
+    /// used late: see `ThreadGraph::recomputed`), for the flush log.
+    fn output_notes(
+        &self,
+        left_out: &[(Live, Site)],
+        mut recomputed: Vec<NodeId>,
+        used_late: &[(NodeId, u64)],
+        gen: u64,
+    ) -> Box<OutputNotes> {
+        let p = self.predictor.lock();
+        recomputed.extend(used_late.iter().filter(|(_, g)| *g == gen).map(|(n, _)| *n));
+        Box::new(OutputNotes {
+            left_out: left_out
+                .iter()
+                .map(|((n, _), site)| (*n, p.why(*site)))
+                .collect(),
+            recomputed,
+        })
     }
 
     /// Splits the live tensors into outputs and those left out (with their
@@ -289,68 +309,15 @@ fn keep_what_pins_dying_inputs(
     for (id, _) in outputs.iter() {
         stop[id.index()] = true;
     }
-    // Visit marks stamped per walk, so no walk clears the whole graph's.
-    let mut seen = vec![0u32; n];
-    let mut stack = Vec::new();
-    // Gradients kept across an optimizer step (cold) read the old weights
-    // and are as large, plus a batch uploaded for the step (its labels,
-    // say): if they pin at most twice the bytes writing them would take,
-    // they stay pending and what they pin is held anyway.
-    let mut pinned = vec![false; n];
-    let (mut pinned_bytes, mut cold_bytes) = (0usize, 0usize);
-    let mut walk = 0u32;
-    for ((root, t), _) in left_out.iter() {
-        if !t.is_cold() {
-            continue;
-        }
-        walk += 1;
-        stack.clear();
-        stack.push(*root);
-        while let Some(id) = stack.pop() {
-            if std::mem::replace(&mut seen[id.index()], walk) == walk {
-                continue;
-            }
-            if dying[id.index()] {
-                if !std::mem::replace(&mut pinned[id.index()], true) {
-                    pinned_bytes += bytes(graph, id);
-                }
-                continue;
-            }
-            if id != *root && stop[id.index()] {
-                continue;
-            }
-            stack.extend(graph.node(id).inputs.iter().copied());
-        }
-        cold_bytes += bytes(graph, *root);
-    }
-    if pinned_bytes > 0 && pinned_bytes <= 2 * cold_bytes {
-        for (d, p) in dying.iter_mut().zip(&pinned) {
-            *d &= !p;
-        }
-    }
+    let mut walks = Walks::new(n);
+    spare_what_cold_values_pin(graph, left_out, &stop, &mut dying, &mut walks);
     // Computed in order: a tensor moved to the outputs becomes an input of
     // the retained slices, so a later one reading a dying input only
     // through it stays left out.
     let mut i = 0;
     while i < left_out.len() {
         let root = left_out[i].0 .0;
-        walk += 1;
-        stack.clear();
-        stack.push(root);
-        let mut pins = false;
-        while let Some(id) = stack.pop() {
-            if std::mem::replace(&mut seen[id.index()], walk) == walk {
-                continue;
-            }
-            if dying[id.index()] {
-                pins = true;
-                break;
-            }
-            if id != root && stop[id.index()] {
-                continue;
-            }
-            stack.extend(graph.node(id).inputs.iter().copied());
-        }
+        let pins = walks.walk(graph, root, &stop, &dying, |_| true);
         if pins {
             let ((id, t), _) = left_out.swap_remove(i);
             stop[id.index()] = true;
@@ -358,6 +325,88 @@ fn keep_what_pins_dying_inputs(
         } else {
             i += 1;
         }
+    }
+}
+
+/// Gradients kept across an optimizer step (cold) read the old weights and
+/// are as large, plus a batch uploaded for the step (its labels, say): if
+/// they pin at most twice the bytes writing them would take, they stay
+/// pending, and what they pin is no longer counted as dying (held anyway).
+fn spare_what_cold_values_pin(
+    graph: &Graph,
+    left_out: &[(Live, Site)],
+    stop: &[bool],
+    dying: &mut [bool],
+    walks: &mut Walks,
+) {
+    let mut pinned = vec![false; graph.len()];
+    let (mut pinned_bytes, mut cold_bytes) = (0usize, 0usize);
+    for ((root, t), _) in left_out.iter() {
+        if !t.is_cold() {
+            continue;
+        }
+        walks.walk(graph, *root, stop, dying, |id| {
+            if !std::mem::replace(&mut pinned[id.index()], true) {
+                pinned_bytes += bytes(graph, id);
+            }
+            false
+        });
+        cold_bytes += bytes(graph, *root);
+    }
+    if pinned_bytes > 0 && pinned_bytes <= 2 * cold_bytes {
+        for (d, p) in dying.iter_mut().zip(&pinned) {
+            *d &= !p;
+        }
+    }
+}
+
+/// Depth-first walks up a graph's inputs from a root, not past a `stop`
+/// node (other than the root) nor a dying input. Visit marks are stamped
+/// per walk, so no walk clears the whole graph's.
+struct Walks {
+    seen: Vec<u32>,
+    stack: Vec<NodeId>,
+    walk: u32,
+}
+
+impl Walks {
+    fn new(n: usize) -> Walks {
+        Walks {
+            seen: vec![0; n],
+            stack: Vec::new(),
+            walk: 0,
+        }
+    }
+
+    /// Walks from `root`, calling `at_dying` on each dying input reached;
+    /// it returns whether to end the walk there. Returns whether it did.
+    fn walk(
+        &mut self,
+        graph: &Graph,
+        root: NodeId,
+        stop: &[bool],
+        dying: &[bool],
+        mut at_dying: impl FnMut(NodeId) -> bool,
+    ) -> bool {
+        self.walk += 1;
+        self.stack.clear();
+        self.stack.push(root);
+        while let Some(id) = self.stack.pop() {
+            if std::mem::replace(&mut self.seen[id.index()], self.walk) == self.walk {
+                continue;
+            }
+            if dying[id.index()] {
+                if at_dying(id) {
+                    return true;
+                }
+                continue;
+            }
+            if id != root && stop[id.index()] {
+                continue;
+            }
+            self.stack.extend(graph.node(id).inputs.iter().copied());
+        }
+        false
     }
 }
 

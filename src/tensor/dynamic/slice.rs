@@ -4,8 +4,10 @@
 use super::pad::pad_to;
 use super::sites::{capacity, Kind};
 use super::{dim, Ctx, P, V};
+use crate::lazy::TensorInner;
 use crate::Result;
 use lazyfuse_ir::{Op, Shape};
+use std::sync::Arc;
 
 /// `narrow`: a `dynamic_slice` at a run-time start on a dynamic axis or
 /// at a site whose start changes; a result length that changes at this
@@ -50,13 +52,10 @@ pub(super) fn narrow(
     Ok(out)
 }
 
-/// `cat`: operands aligned on the other axes; along a dynamic axis (or a
-/// site whose result length changes), later operands are written into the
-/// first one's buffer at their run-time offsets. The result is dynamic
-/// along it only when its length changes at this site or was declared.
-pub(super) fn cat(ctx: &Ctx<'_>, vs: &[&V], axis: usize, r: &Shape, site: u32) -> Result<V> {
-    let n = r.rank();
-    let mut axes: Vec<Option<(usize, usize)>> = (0..n)
+/// Each axis's capacity and declared maximum over the operands dynamic
+/// along it (`None` where none is).
+fn dynamic_axes(vs: &[&V], rank: usize) -> Vec<Option<(usize, usize)>> {
+    (0..rank)
         .map(|a| {
             let dynamic: Vec<&&V> = vs.iter().filter(|v| v.is_dyn(a)).collect();
             if dynamic.is_empty() {
@@ -70,8 +69,19 @@ pub(super) fn cat(ctx: &Ctx<'_>, vs: &[&V], axis: usize, r: &Shape, site: u32) -
                 .unwrap_or(0);
             Some((cap, lim))
         })
-        .collect();
-    let along = axes[axis].is_some() || site & (1 << axis) != 0;
+        .collect()
+}
+
+/// The operands' buffers padded to a common capacity on every axis but
+/// `axis`, and cut to their lengths along it unless the cat runs `along`
+/// it (into a capacity buffer).
+fn aligned(
+    ctx: &Ctx<'_>,
+    vs: &[&V],
+    axes: &[Option<(usize, usize)>],
+    axis: usize,
+    along: bool,
+) -> Result<Vec<Arc<TensorInner>>> {
     let mut parts = Vec::with_capacity(vs.len());
     for v in vs {
         let mut t = v.t.clone();
@@ -84,36 +94,46 @@ pub(super) fn cat(ctx: &Ctx<'_>, vs: &[&V], axis: usize, r: &Shape, site: u32) -
         }
         parts.push(t);
     }
-    if !along {
-        let args: Vec<P> = parts.into_iter().map(P::T).collect();
-        let t = ctx.rec(Op::Concat { axis }, &args)?;
-        return Ok(V::with_axes(t, r, &axes));
+    Ok(parts)
+}
+
+/// The capacity of a cat's result along `axis`: the first operand's when
+/// it is dynamic and holds the result, else the declared maximum (`Err`
+/// past it), else the site's bucketed capacity for `total`.
+fn cat_capacity(
+    ctx: &Ctx<'_>,
+    vs: &[&V],
+    first: &Arc<TensorInner>,
+    axis: usize,
+    total: usize,
+    limit: usize,
+) -> Result<usize> {
+    let first_cap = first.shape.dims()[axis];
+    if vs[0].is_dyn(axis) && first_cap >= total {
+        return Ok(first_cap);
     }
-    let total = r.dims()[axis];
-    let limit = axes[axis].map_or(0, |(_, l)| l);
-    let first_cap = parts[0].shape.dims()[axis];
-    let cap = if vs[0].is_dyn(axis) && first_cap >= total {
-        first_cap
-    } else if limit > 0 {
-        if total > limit {
-            let d: Vec<String> = vs
-                .iter()
-                .map(|v| format!("{}{}", v.dtype(), v.shape))
-                .collect();
-            return Err(ctx.err(
-                format!("the result's axis {axis} would have length {total}, beyond its declared maximum {limit} (mark_dynamic)"),
-                d.join(", "),
-            ));
-        }
-        limit
-    } else {
-        capacity(ctx.loc, Kind::Cat, axis, total)
-    };
-    // Room past the capacity for the padding of later operands, so no
-    // write runs off the end (XLA would move it back by clamping). A
-    // dynamic operand's whole capacity, not its padding: the structure
-    // must not depend on a length.
-    let slack = vs[1..]
+    if limit == 0 {
+        return Ok(capacity(ctx.loc, Kind::Cat, axis, total));
+    }
+    if total > limit {
+        let d: Vec<String> = vs
+            .iter()
+            .map(|v| format!("{}{}", v.dtype(), v.shape))
+            .collect();
+        return Err(ctx.err(
+            format!("the result's axis {axis} would have length {total}, beyond its declared maximum {limit} (mark_dynamic)"),
+            d.join(", "),
+        ));
+    }
+    Ok(limit)
+}
+
+/// Room past the capacity for the padding of later operands, so no write
+/// runs off the end (XLA would move it back by clamping). A dynamic
+/// operand's whole capacity, not its padding: the structure must not
+/// depend on a length.
+fn write_slack(vs: &[&V], parts: &[Arc<TensorInner>], axis: usize) -> usize {
+    vs[1..]
         .iter()
         .zip(&parts[1..])
         .map(|(v, p)| {
@@ -124,7 +144,26 @@ pub(super) fn cat(ctx: &Ctx<'_>, vs: &[&V], axis: usize, r: &Shape, site: u32) -
             }
         })
         .max()
-        .unwrap_or(0);
+        .unwrap_or(0)
+}
+
+/// `cat`: operands aligned on the other axes; along a dynamic axis (or a
+/// site whose result length changes), later operands are written into the
+/// first one's buffer at their run-time offsets. The result is dynamic
+/// along it only when its length changes at this site or was declared.
+pub(super) fn cat(ctx: &Ctx<'_>, vs: &[&V], axis: usize, r: &Shape, site: u32) -> Result<V> {
+    let mut axes = dynamic_axes(vs, r.rank());
+    let along = axes[axis].is_some() || site & (1 << axis) != 0;
+    let parts = aligned(ctx, vs, &axes, axis, along)?;
+    if !along {
+        let args: Vec<P> = parts.into_iter().map(P::T).collect();
+        let t = ctx.rec(Op::Concat { axis }, &args)?;
+        return Ok(V::with_axes(t, r, &axes));
+    }
+    let total = r.dims()[axis];
+    let limit = axes[axis].map_or(0, |(_, l)| l);
+    let cap = cat_capacity(ctx, vs, &parts[0], axis, total, limit)?;
+    let slack = write_slack(vs, &parts, axis);
     let mut buf = pad_to(ctx, &parts[0], axis, cap + slack, axis)?;
     let mut at = vs[0].len(axis);
     for (v, p) in vs[1..].iter().zip(&parts[1..]) {

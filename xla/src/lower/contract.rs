@@ -13,7 +13,7 @@ use std::fmt::Write;
 ///
 /// A float `max`/`min` body is the plain `stablehlo.maximum`/`minimum`:
 /// with XLA's fast min/max off (`xla/src/pjrt/options.rs`) XLA's CPU reduction
-/// loops propagate NaN themselves (`tests/ieee.rs` checks every float dtype,
+/// loops propagate NaN themselves (`tests/semantics/ieee.rs` checks every float dtype,
 /// axis and NaN position), and only a plain body is vectorised. A body
 /// that selected NaN operands explicitly ran as a scalar loop: a row max
 /// of `[32, 128, 128]` took 1.55 ms against 0.05 ms for the row sum, and
@@ -323,6 +323,26 @@ fn argmax_variadic(
     let r = e.fresh();
     let sv = ty(&Shape::scalar(), dt);
     let si = ty(&Shape::scalar(), DType::I64);
+    let b = argmax_combiner(&r, dt);
+    let _ = writeln!(
+        e.body,
+        "    {r}:2 = \"stablehlo.reduce\"({x}, {idx}, {init_v}, {init_i}) ({{\n{b}    }}) {{dimensions = {}}} : ({}, {}, {sv}, {si}) -> ({}, {})",
+        i64_array([axis]),
+        ty(in_shape, dt),
+        ty(in_shape, DType::I64),
+        ty(&flat, dt),
+        ty(&flat, DType::I64)
+    );
+    let v = format!("{r}#1");
+    e.reshape(&v, &flat, out_shape, DType::I64)
+}
+
+/// The region of [`argmax_variadic`]'s reduce (its SSA names prefixed
+/// with the reduce's result `r`): combines two (value, index) pairs, the
+/// values of dtype `dt`, into the one argmax keeps.
+fn argmax_combiner(r: &str, dt: DType) -> String {
+    let sv = ty(&Shape::scalar(), dt);
+    let si = ty(&Shape::scalar(), DType::I64);
     let sb = ty(&Shape::scalar(), DType::Bool);
     let cmp = |c: CmpOp, d: DType| compare_attr(c, d);
     // Pick a if: a is NaN and (b is not NaN or ai < bi); or neither is NaN and
@@ -383,17 +403,7 @@ fn argmax_variadic(
     line(format!(
         "\"stablehlo.return\"({r}v, {r}i) : ({sv}, {si}) -> ()"
     ));
-    let _ = writeln!(
-        e.body,
-        "    {r}:2 = \"stablehlo.reduce\"({x}, {idx}, {init_v}, {init_i}) ({{\n{b}    }}) {{dimensions = {}}} : ({}, {}, {sv}, {si}) -> ({}, {})",
-        i64_array([axis]),
-        ty(in_shape, dt),
-        ty(in_shape, DType::I64),
-        ty(&flat, dt),
-        ty(&flat, DType::I64)
-    );
-    let v = format!("{r}#1");
-    e.reshape(&v, &flat, out_shape, DType::I64)
+    b
 }
 
 /// The `k` of a matmul node: the last dim of its first operand.
@@ -409,69 +419,99 @@ pub(super) fn matmul(e: &mut Emitter<'_>, id: NodeId) -> String {
     let (a, b) = (g.node(node.inputs[0]), g.node(node.inputs[1]));
     let out = &node.shape;
     let batch = &out.dims()[..out.rank() - 2];
-    let nb = batch.len();
     let full = |s: &Shape| {
         let mut d = batch.to_vec();
         d.extend_from_slice(&s.dims()[s.rank() - 2..]);
         Shape::new(&d)
     };
     let (sa, sb) = (full(&a.shape), full(&b.shape));
-    // In an SPMD program a split contraction is summed across devices
-    // after each device's dot: half types compute in f32 there, so the
-    // partial sums are not rounded (and overflowed) to the half type
-    // before the all-reduce, as one device's f32 accumulation does not
-    // (fuzz_spmd seed 8, program 219: inf + -inf = NaN).
-    let acc = if e.spmd && matches!(node.dtype, DType::F16 | DType::BF16) {
-        DType::F32
-    } else {
-        node.dtype
-    };
+    let acc = matmul_acc(e.spmd, node.dtype);
     let va = e.value(node.inputs[0]);
     let vb = e.value(node.inputs[1]);
     let va = e.convert(&va, &a.shape, a.dtype, acc);
     let vb = e.convert(&vb, &b.shape, b.dtype, acc);
     let va = e.broadcast(&va, &a.shape, &sa, acc);
     if b.shape.dims()[..b.shape.rank() - 2].iter().all(|&d| d == 1) {
-        // `[..., m, k] x [k, n]` (a shared weight): one large GEMM with the
-        // batch dims folded into m, instead of materialising a broadcast
-        // weight and running many small batched GEMMs.
-        // The product is emitted as a 2-D `[rows, k] x [k, n]` between
-        // reshapes: XLA's CPU backend runs a dot whose lhs has several free
-        // dims about 4x slower than the same GEMM in 2-D (measured on a
-        // hidden-512 Llama decode step: 66 ms -> 17 ms per token).
-        let kn = Shape::new(&b.shape.dims()[b.shape.rank() - 2..]);
-        let vb = e.reshape(&vb, &b.shape, &kn, acc);
-        let (k, n) = (kn.dims()[0], kn.dims()[1]);
-        let rows: usize = sa.dims()[..sa.rank() - 1].iter().product();
-        let (lhs2, out2) = (Shape::new(&[rows, k]), Shape::new(&[rows, n]));
-        let va = if nb == 0 {
-            va
-        } else {
-            e.reshape(&va, &sa, &lhs2, acc)
-        };
-        if let Some(y) = swapped_nt(e, g, node.inputs[1], (&va, rows, k, n), acc) {
-            let y = e.convert(&y, &out2, acc, node.dtype);
-            return if nb == 0 {
-                y
-            } else {
-                e.reshape(&y, &out2, out, node.dtype)
-            };
-        }
-        let attr = "dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]>";
-        let y = e.op(
-            "stablehlo.dot_general",
-            &[(&va, ty(&lhs2, acc)), (&vb, ty(&kn, acc))],
-            attr,
-            &ty(&out2, acc),
-        );
-        let y = e.convert(&y, &out2, acc, node.dtype);
-        return if nb == 0 {
-            y
-        } else {
-            e.reshape(&y, &out2, out, node.dtype)
-        };
+        return shared_weight_matmul(e, node, (&va, &sa), &vb, acc);
     }
     let vb = e.broadcast(&vb, &b.shape, &sb, acc);
+    batched_matmul(e, node, (&va, &sa), (&vb, &sb), acc)
+}
+
+/// The dtype [`matmul`] computes a `dt` product in. In an SPMD program a
+/// split contraction is summed across devices after each device's dot:
+/// half types compute in f32 there, so the partial sums are not rounded
+/// (and overflowed) to the half type before the all-reduce, as one
+/// device's f32 accumulation does not (fuzz_spmd seed 8, program 219:
+/// inf + -inf = NaN).
+fn matmul_acc(spmd: bool, dt: DType) -> DType {
+    if spmd && matches!(dt, DType::F16 | DType::BF16) {
+        DType::F32
+    } else {
+        dt
+    }
+}
+
+/// [`matmul`] of `va` (shape `sa`, the lhs with full batch dims) by a
+/// shared weight `vb` (`[k, n]` behind leading 1s): one large GEMM with the
+/// batch dims folded into m, instead of materialising a broadcast weight
+/// and running many small batched GEMMs. The product is emitted as a 2-D
+/// `[rows, k] x [k, n]` between reshapes: XLA's CPU backend runs a dot
+/// whose lhs has several free dims about 4x slower than the same GEMM in
+/// 2-D (measured on a hidden-512 Llama decode step: 66 ms -> 17 ms per
+/// token).
+fn shared_weight_matmul(
+    e: &mut Emitter<'_>,
+    node: &lazyfuse_ir::Node,
+    (va, sa): (&str, &Shape),
+    vb: &str,
+    acc: DType,
+) -> String {
+    let g = e.graph;
+    let b = g.node(node.inputs[1]);
+    let out = &node.shape;
+    let nb = out.rank() - 2;
+    let kn = Shape::new(&b.shape.dims()[b.shape.rank() - 2..]);
+    let vb = e.reshape(vb, &b.shape, &kn, acc);
+    let (k, n) = (kn.dims()[0], kn.dims()[1]);
+    let rows: usize = sa.dims()[..sa.rank() - 1].iter().product();
+    let (lhs2, out2) = (Shape::new(&[rows, k]), Shape::new(&[rows, n]));
+    let va = if nb == 0 {
+        va.to_string()
+    } else {
+        e.reshape(va, sa, &lhs2, acc)
+    };
+    let y = match swapped_nt(e, g, node.inputs[1], (&va, rows, k, n), acc) {
+        Some(y) => y,
+        None => {
+            let attr = "dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]>";
+            e.op(
+                "stablehlo.dot_general",
+                &[(&va, ty(&lhs2, acc)), (&vb, ty(&kn, acc))],
+                attr,
+                &ty(&out2, acc),
+            )
+        }
+    };
+    let y = e.convert(&y, &out2, acc, node.dtype);
+    if nb == 0 {
+        y
+    } else {
+        e.reshape(&y, &out2, out, node.dtype)
+    }
+}
+
+/// [`matmul`] of `va` and `vb`, both broadcast to the output's batch dims
+/// (shapes `sa` and `sb`), as one batched `dot_general`.
+fn batched_matmul(
+    e: &mut Emitter<'_>,
+    node: &lazyfuse_ir::Node,
+    (va, sa): (&str, &Shape),
+    (vb, sb): (&str, &Shape),
+    acc: DType,
+) -> String {
+    let out = &node.shape;
+    let nb = out.rank() - 2;
     let bd = (0..nb)
         .map(|i| i.to_string())
         .collect::<Vec<_>>()
@@ -483,7 +523,7 @@ pub(super) fn matmul(e: &mut Emitter<'_>, id: NodeId) -> String {
     );
     let y = e.op(
         "stablehlo.dot_general",
-        &[(&va, ty(&sa, acc)), (&vb, ty(&sb, acc))],
+        &[(va, ty(sa, acc)), (vb, ty(sb, acc))],
         &attr,
         &ty(out, acc),
     );

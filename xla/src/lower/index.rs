@@ -154,6 +154,16 @@ impl U32<'_, '_> {
 
 /// `rand_uniform`: see `lazyfuse_ir::interp::random_bits` for the hash.
 pub fn random_uniform(e: &mut Emitter<'_>, seed: &str, out: &Shape, dt: DType) -> String {
+    let key = seed_key(e, seed);
+    let n = out.numel();
+    let top = counter_bits(e, &key, n);
+    unit_floats(e, &top, out, dt)
+}
+
+/// The low and high 32-bit words of the i64 `seed`, as `ui32` scalars:
+/// the generator's hash works on 32-bit words. Both conversions are in
+/// range, so exact.
+fn seed_words(e: &mut Emitter<'_>, seed: &str) -> (String, String) {
     let i64s = ty(&Shape::scalar(), DType::I64);
     let scalar_i64 = |e: &mut Emitter<'_>, v: i64| {
         e.op(
@@ -163,7 +173,6 @@ pub fn random_uniform(e: &mut Emitter<'_>, seed: &str, out: &Shape, dt: DType) -
             &i64s,
         )
     };
-    // Seed words: both conversions are in range, so exact.
     let mask = scalar_i64(e, 0xffff_ffff);
     let lo = e.op(
         "stablehlo.and",
@@ -190,18 +199,26 @@ pub fn random_uniform(e: &mut Emitter<'_>, seed: &str, out: &Shape, dt: DType) -
         "",
         &u32_ty(None),
     );
-    let key = {
-        let mut s = U32 { e, n: None };
-        let h = s.bin_k("stablehlo.add", &hi, 0x9e37_79b9);
-        let h = s.mix(&h);
-        let k = s.bin("stablehlo.xor", &lo, &h);
-        s.mix(&k)
-    };
-    let n = out.numel();
-    let flat = Shape::new(&[n]);
+    (lo, hi)
+}
+
+/// The `ui32` scalar key of the stream `seed` selects: both seed words
+/// mixed together, computed once and shared by every element.
+fn seed_key(e: &mut Emitter<'_>, seed: &str) -> String {
+    let (lo, hi) = seed_words(e, seed);
+    let mut s = U32 { e, n: None };
+    let h = s.bin_k("stablehlo.add", &hi, 0x9e37_79b9);
+    let h = s.mix(&h);
+    let k = s.bin("stablehlo.xor", &lo, &h);
+    s.mix(&k)
+}
+
+/// The top 24 random bits (`ui32[n]`) of each of the `n` elements: the
+/// element's counter (an iota) hashed with `key`.
+fn counter_bits(e: &mut Emitter<'_>, key: &str, n: usize) -> String {
     let keyv = e.op(
         "stablehlo.broadcast_in_dim",
-        &[(&key, u32_ty(None))],
+        &[(key, u32_ty(None))],
         "broadcast_dimensions = array<i64>",
         &u32_ty(Some(n)),
     );
@@ -216,11 +233,18 @@ pub fn random_uniform(e: &mut Emitter<'_>, seed: &str, out: &Shape, dt: DType) -
     let x = v.mix(&x);
     let x = v.bin("stablehlo.add", &x, &keyv);
     let x = v.mix(&x);
-    let top = v.bin_k("stablehlo.shift_right_logical", &x, 8);
-    // 24-bit integer to f32 and the power-of-two scale are exact; one rounding to `dt`.
+    v.bin_k("stablehlo.shift_right_logical", &x, 8)
+}
+
+/// The 24-bit integers `top` scaled into `[0, 1)` as `dt` in the shape
+/// `out`. The integer to f32 and the power-of-two scale are exact; there
+/// is one rounding, to `dt`.
+fn unit_floats(e: &mut Emitter<'_>, top: &str, out: &Shape, dt: DType) -> String {
+    let n = out.numel();
+    let flat = Shape::new(&[n]);
     let f = e.op(
         "stablehlo.convert",
-        &[(&top, u32_ty(Some(n)))],
+        &[(top, u32_ty(Some(n)))],
         "",
         &ty(&flat, DType::F32),
     );

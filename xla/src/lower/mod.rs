@@ -89,6 +89,32 @@ fn lower(graph: &Graph, region: &Region, options: &Options<'_>) -> String {
     e.spmd = layout.is_some();
     e.layout = layout;
     e.sabotage = options.sabotage;
+    let mut params = param_decls(&mut e, graph, region, layout);
+    params.extend(scalar_pack_decls(&mut e, graph, region, layout.is_some()));
+    let results: Vec<String> = region
+        .outputs
+        .iter()
+        .map(|&o| {
+            let n = graph.node(o);
+            emit::ty(&n.shape, n.dtype)
+        })
+        .collect();
+    for &id in &region.nodes {
+        ops::lower_node(&mut e, id);
+    }
+    let rets: Vec<String> = region.outputs.iter().map(|&o| e.value(o)).collect();
+    module_text(&params, &results, &rets, &e.body, layout)
+}
+
+/// The declarations of the region's tensor parameters (lifted scalars
+/// travel in packs), each bound to its node, with its donation and, under
+/// SPMD, its sharding.
+fn param_decls(
+    e: &mut Emitter<'_>,
+    graph: &Graph,
+    region: &Region,
+    layout: Option<&SpmdLowering>,
+) -> Vec<String> {
     let mut params: Vec<String> = Vec::with_capacity(region.params.len());
     for (i, &p) in region.params.iter().enumerate() {
         if region.is_lifted(i) {
@@ -113,15 +139,28 @@ fn lower(graph: &Graph, region: &Region, options: &Options<'_>) -> String {
         };
         params.push(format!("{name}: {}{alias}", emit::ty(&n.shape, n.dtype)));
     }
+    params
+}
+
+/// The declarations of the region's packs of lifted scalars (one 1-D
+/// parameter per dtype), each scalar unpacked and bound to its node.
+fn scalar_pack_decls(
+    e: &mut Emitter<'_>,
+    graph: &Graph,
+    region: &Region,
+    spmd: bool,
+) -> Vec<String> {
+    let mut decls = Vec::new();
     for (j, pack) in region.scalar_packs().iter().enumerate() {
         let name = format!("%pack{j}");
         let n = pack.params.len();
         let packed = lazyfuse_ir::Shape::new(&[n]);
-        let replicated = match layout {
-            Some(_) => " {sdy.sharding = #sdy.sharding<@mesh, [{}]>}",
-            None => "",
+        let replicated = if spmd {
+            " {sdy.sharding = #sdy.sharding<@mesh, [{}]>}"
+        } else {
+            ""
         };
-        params.push(format!(
+        decls.push(format!(
             "{name}: {}{replicated}",
             emit::ty(&packed, pack.dtype)
         ));
@@ -132,19 +171,19 @@ fn lower(graph: &Graph, region: &Region, options: &Options<'_>) -> String {
             e.bind(p, v);
         }
     }
-    let results: Vec<String> = region
-        .outputs
-        .iter()
-        .map(|&o| {
-            let n = graph.node(o);
-            emit::ty(&n.shape, n.dtype)
-        })
-        .collect();
-    for &id in &region.nodes {
-        ops::lower_node(&mut e, id);
-    }
-    let rets: Vec<String> = region.outputs.iter().map(|&o| e.value(o)).collect();
-    let mut s = String::with_capacity(e.body.len() + 256);
+    decls
+}
+
+/// The module around the function body: its attributes (the mesh under
+/// SPMD), the signature with the results' shardings, and the return.
+fn module_text(
+    params: &[String],
+    results: &[String],
+    rets: &[String],
+    body: &str,
+    layout: Option<&SpmdLowering>,
+) -> String {
+    let mut s = String::with_capacity(body.len() + 256);
     let signature = match layout {
         None => results.join(", "),
         Some(l) => results
@@ -170,7 +209,7 @@ fn lower(graph: &Graph, region: &Region, options: &Options<'_>) -> String {
         params.join(", "),
         signature
     ));
-    s.push_str(&e.body);
+    s.push_str(body);
     s.push_str(&format!(
         "    \"func.return\"({}) : ({}) -> ()\n  }}\n}}\n",
         rets.join(", "),

@@ -111,86 +111,17 @@ impl Plugin {
     /// library without `GetPjrtApi` (not a PJRT plugin), an incompatible API
     /// version or a too-short API table, and a failing plugin initialization.
     pub fn load(path: &Path) -> Result<Arc<Plugin>> {
-        let shown = path.display();
-        match std::fs::metadata(path) {
-            Ok(m) if m.is_file() => {}
-            Ok(_) => {
-                return Err(Error::binding(format!(
-                    "cannot load PJRT plugin {shown}: not a regular file"
-                )))
-            }
-            Err(e) => {
-                return Err(Error::binding(format!(
-                    "cannot load PJRT plugin {shown}: {e}"
-                )))
-            }
-        }
+        check_regular_file(path)?;
 
         // Held for the whole load so that concurrent loads of one plugin
         // initialize it exactly once.
         let mut loaded = LOADED.lock().unwrap_or_else(|p| p.into_inner());
 
-        // SAFETY: loading a library runs its initializers; that is inherent to
-        // a plugin system and the reason the path is configurable.
-        let lib = unsafe { libloading::Library::new(path) }.map_err(|e| {
-            Error::binding(format!(
-                "cannot load PJRT plugin {shown}: the dynamic loader rejected it: {e}"
-            ))
-        })?;
-        // Never dlclose: plugins keep global state (threads, registrations)
-        // that must outlive every object they handed out.
-        let lib: &'static libloading::Library = Box::leak(Box::new(lib));
-
-        type GetPjrtApi = unsafe extern "C" fn() -> *const sys::PJRT_Api;
-        // SAFETY: `GetPjrtApi` has this signature in every PJRT plugin.
-        let get_api = unsafe { lib.get::<GetPjrtApi>(b"GetPjrtApi\0") }.map_err(|e| {
-            Error::binding(format!(
-                "{shown} is not a PJRT plugin (no GetPjrtApi symbol): {e}"
-            ))
-        })?;
-        // SAFETY: the plugin contract: returns a pointer to a static table (or null).
-        let api = NonNull::new(unsafe { get_api() } as *mut sys::PJRT_Api).ok_or_else(|| {
-            Error::binding(format!(
-                "{shown} is not a usable PJRT plugin: GetPjrtApi returned null"
-            ))
-        })?;
-
+        let api = open_api_table(path)?;
         if let Some(p) = loaded.iter().find(|p| p.api == api) {
             return Ok(Arc::clone(p));
         }
-
-        // SAFETY: every PJRT_Api starts with `struct_size`.
-        let size = unsafe { api.as_ref().struct_size };
-        let version_end =
-            offset_of!(sys::PJRT_Api, pjrt_api_version) + size_of::<sys::PJRT_Api_Version>();
-        if size < version_end {
-            return Err(Error::binding(format!(
-                "{shown} is not a usable PJRT plugin: its PJRT_Api table is {size} bytes, \
-                 too small to hold a version"
-            )));
-        }
-        // SAFETY: within the table (checked above).
-        let v = unsafe { api.as_ref().pjrt_api_version };
-        let version = (v.major_version, v.minor_version);
-        if version.0 != sys::PJRT_API_MAJOR as i32 || version.1 < MIN_API_MINOR {
-            return Err(Error::binding(format!(
-                "PJRT plugin {shown} has API version {}.{}, but lazyfuse needs {}.x with x >= {} \
-                 (built against {}.{}); use a matching plugin",
-                version.0,
-                version.1,
-                sys::PJRT_API_MAJOR,
-                MIN_API_MINOR,
-                sys::PJRT_API_MAJOR,
-                sys::PJRT_API_MINOR,
-            )));
-        }
-        if size < REQUIRED_API_SIZE {
-            return Err(Error::binding(format!(
-                "PJRT plugin {shown} (API {}.{}) has a {size}-byte PJRT_Api table; \
-                 lazyfuse needs at least {REQUIRED_API_SIZE} bytes",
-                version.0, version.1,
-            )));
-        }
+        let version = check_api_table(api, path)?;
 
         let plugin = Plugin {
             api,
@@ -200,7 +131,7 @@ impl Plugin {
         let mut args = sys::PJRT_Plugin_Initialize_Args::new();
         pjrt_call!(&plugin, PJRT_Plugin_Initialize, &mut args)?;
         tracing::debug!(
-            path = %shown,
+            path = %path.display(),
             major = version.0,
             minor = version.1,
             "loaded PJRT plugin"
@@ -312,6 +243,94 @@ impl Plugin {
             tracing::warn!(error = %e, "PJRT: failed to destroy {what}");
         }
     }
+}
+
+/// Errors unless `path` is an existing regular file: checked before the
+/// dynamic loader sees it, so a missing file or a directory gets its own
+/// message (with the path) rather than the loader's.
+fn check_regular_file(path: &Path) -> Result<()> {
+    let shown = path.display();
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => Ok(()),
+        Ok(_) => Err(Error::binding(format!(
+            "cannot load PJRT plugin {shown}: not a regular file"
+        ))),
+        Err(e) => Err(Error::binding(format!(
+            "cannot load PJRT plugin {shown}: {e}"
+        ))),
+    }
+}
+
+/// Loads the library at `path` for good and returns the `PJRT_Api` table
+/// its `GetPjrtApi` hands out: the step that tells a PJRT plugin from any
+/// other shared library.
+fn open_api_table(path: &Path) -> Result<NonNull<sys::PJRT_Api>> {
+    let shown = path.display();
+    // SAFETY: loading a library runs its initializers; that is inherent to
+    // a plugin system and the reason the path is configurable.
+    let lib = unsafe { libloading::Library::new(path) }.map_err(|e| {
+        Error::binding(format!(
+            "cannot load PJRT plugin {shown}: the dynamic loader rejected it: {e}"
+        ))
+    })?;
+    // Never dlclose: plugins keep global state (threads, registrations)
+    // that must outlive every object they handed out.
+    let lib: &'static libloading::Library = Box::leak(Box::new(lib));
+
+    type GetPjrtApi = unsafe extern "C" fn() -> *const sys::PJRT_Api;
+    // SAFETY: `GetPjrtApi` has this signature in every PJRT plugin.
+    let get_api = unsafe { lib.get::<GetPjrtApi>(b"GetPjrtApi\0") }.map_err(|e| {
+        Error::binding(format!(
+            "{shown} is not a PJRT plugin (no GetPjrtApi symbol): {e}"
+        ))
+    })?;
+    // SAFETY: the plugin contract: returns a pointer to a static table (or null).
+    NonNull::new(unsafe { get_api() } as *mut sys::PJRT_Api).ok_or_else(|| {
+        Error::binding(format!(
+            "{shown} is not a usable PJRT plugin: GetPjrtApi returned null"
+        ))
+    })
+}
+
+/// Checks that the table `api` of the plugin at `path` has a compatible
+/// API version and holds every entry the binding calls
+/// ([`REQUIRED_API_SIZE`]), so an incompatible plugin fails at load time;
+/// returns the version as `(major, minor)`.
+fn check_api_table(api: NonNull<sys::PJRT_Api>, path: &Path) -> Result<(i32, i32)> {
+    let shown = path.display();
+    // SAFETY: every PJRT_Api starts with `struct_size`.
+    let size = unsafe { api.as_ref().struct_size };
+    let version_end =
+        offset_of!(sys::PJRT_Api, pjrt_api_version) + size_of::<sys::PJRT_Api_Version>();
+    if size < version_end {
+        return Err(Error::binding(format!(
+            "{shown} is not a usable PJRT plugin: its PJRT_Api table is {size} bytes, \
+             too small to hold a version"
+        )));
+    }
+    // SAFETY: within the table (checked above).
+    let v = unsafe { api.as_ref().pjrt_api_version };
+    let version = (v.major_version, v.minor_version);
+    if version.0 != sys::PJRT_API_MAJOR as i32 || version.1 < MIN_API_MINOR {
+        return Err(Error::binding(format!(
+            "PJRT plugin {shown} has API version {}.{}, but lazyfuse needs {}.x with x >= {} \
+             (built against {}.{}); use a matching plugin",
+            version.0,
+            version.1,
+            sys::PJRT_API_MAJOR,
+            MIN_API_MINOR,
+            sys::PJRT_API_MAJOR,
+            sys::PJRT_API_MINOR,
+        )));
+    }
+    if size < REQUIRED_API_SIZE {
+        return Err(Error::binding(format!(
+            "PJRT plugin {shown} (API {}.{}) has a {size}-byte PJRT_Api table; \
+             lazyfuse needs at least {REQUIRED_API_SIZE} bytes",
+            version.0, version.1,
+        )));
+    }
+    Ok(version)
 }
 
 /// An owned `PJRT_Event`, destroyed on drop.

@@ -218,31 +218,7 @@ impl LoadedExecutable {
         args: &[Vec<&Buffer>],
         donate: &[usize],
     ) -> Result<(Vec<Vec<Buffer>>, Vec<Completion>)> {
-        const WHAT: &str = "PJRT_LoadedExecutable_Execute";
-        if self.devices.is_empty() || args.len() != self.devices.len() {
-            return Err(Error::binding(format!(
-                "{WHAT}: {} argument lists for an executable of {} partitions",
-                args.len(),
-                self.devices.len()
-            )));
-        }
-        let num_args = args[0].len();
-        for (p, list) in args.iter().enumerate() {
-            if list.len() != num_args {
-                return Err(Error::binding(format!(
-                    "{WHAT}: partition {p} has {} arguments, partition 0 has {num_args}",
-                    list.len()
-                )));
-            }
-            if let Some(i) = list
-                .iter()
-                .position(|b| !Arc::ptr_eq(&b.client, &self.client))
-            {
-                return Err(Error::binding(format!(
-                    "{WHAT}: argument {i} of partition {p} belongs to a different client"
-                )));
-            }
-        }
+        let num_args = self.check_spmd_args(args)?;
         let plugin = &*self.client.plugin;
         let n = args.len();
         let arg_ptrs: Vec<Vec<*mut sys::PJRT_Buffer>> = args
@@ -269,8 +245,55 @@ impl LoadedExecutable {
         a.device_complete_events = complete.as_mut_ptr();
         a.execute_device = ptr::null_mut();
         let r = pjrt_call!(plugin, PJRT_LoadedExecutable_Execute, &mut a);
+        self.take_spmd_results(r, &complete, &outs)
+    }
 
-        // Own everything the plugin may have produced before looking at `r`.
+    /// Checks [`LoadedExecutable::launch_spmd`]'s `args` before the plugin
+    /// sees them, so a mismatch is an `Err`: one argument list per
+    /// partition, all of one length, every buffer from this executable's
+    /// client. Returns the number of arguments per partition.
+    fn check_spmd_args(&self, args: &[Vec<&Buffer>]) -> Result<usize> {
+        const WHAT: &str = "PJRT_LoadedExecutable_Execute";
+        if self.devices.is_empty() || args.len() != self.devices.len() {
+            return Err(Error::binding(format!(
+                "{WHAT}: {} argument lists for an executable of {} partitions",
+                args.len(),
+                self.devices.len()
+            )));
+        }
+        let num_args = args[0].len();
+        for (p, list) in args.iter().enumerate() {
+            if list.len() != num_args {
+                return Err(Error::binding(format!(
+                    "{WHAT}: partition {p} has {} arguments, partition 0 has {num_args}",
+                    list.len()
+                )));
+            }
+            if let Some(i) = list
+                .iter()
+                .position(|b| !Arc::ptr_eq(&b.client, &self.client))
+            {
+                return Err(Error::binding(format!(
+                    "{WHAT}: argument {i} of partition {p} belongs to a different client"
+                )));
+            }
+        }
+        Ok(num_args)
+    }
+
+    /// Takes ownership of what one SPMD execute call (result `r`) produced:
+    /// each device's completion event in `complete` and each partition's
+    /// result buffers in `outs`. Owned before `r` is looked at, so nothing
+    /// leaks on failure; when the call failed or a result is missing, every
+    /// execution is awaited before the error returns, since the caller may
+    /// then free the arguments.
+    fn take_spmd_results(
+        &self,
+        r: Result<()>,
+        complete: &[*mut sys::PJRT_Event],
+        outs: &[Vec<*mut sys::PJRT_Buffer>],
+    ) -> Result<(Vec<Vec<Buffer>>, Vec<Completion>)> {
+        const WHAT: &str = "PJRT_LoadedExecutable_Execute";
         let done: Vec<Completion> = complete
             .iter()
             .map(|&raw| Completion {
@@ -299,7 +322,7 @@ impl LoadedExecutable {
             wait_all(done);
             return Err(e);
         }
-        let mut results = Vec::with_capacity(n);
+        let mut results = Vec::with_capacity(outs.len());
         for (p, list) in produced.into_iter().enumerate() {
             let list = list.into_iter().enumerate().map(|(i, b)| {
                 b.ok_or_else(|| {
