@@ -124,7 +124,7 @@ pub struct Plan {
     /// Live host scalars (liftable rank-0 constants a tensor holds), in id
     /// order. No region computes them: their value would be part of its
     /// key, so a scalar made fresh each step (`Tensor::full(lr, &[])`, or
-    /// the constant of a `mul_scalar` that autograd saved) would compile a
+    /// the constant of a scalar `mul` that autograd saved) would compile a
     /// new executable every step. The runtime uploads each from its value,
     /// and regions that read one take it lifted, like any host scalar.
     pub constants: Vec<NodeId>,

@@ -329,7 +329,7 @@ fn the_cost_cap_splits_large_flushes() {
 #[test]
 fn live_scalars_are_uploaded_not_computed_so_their_value_is_not_in_a_key() {
     // A scalar the program holds (`Tensor::full(lr, &[])`, autograd's copy
-    // of a `mul_scalar` constant) and reads again in a later graph.
+    // of a scalar `mul` constant) and reads again in a later graph.
     let keyed = |v: f64, fuse: bool| {
         let mut g = GraphBuilder::new();
         let x = g.input_f32(&[4]);
