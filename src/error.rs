@@ -1,14 +1,14 @@
 //! The one error type of the public API.
 
+use lazyfuse_ir::Origin;
 use std::fmt;
-use std::panic::Location;
 
 /// Everything that can go wrong, as a value: lazyfuse never panics on bad input.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum Error {
     /// An op was called with invalid operands; returned by the op itself,
     /// before anything is recorded.
-    #[error("{op}: {detail} (operands: {operands}) at {}", fmt_loc(.location))]
+    #[error("{op}: {detail} (operands: {operands}) at {location}")]
     Op {
         /// The op the user called.
         op: &'static str,
@@ -17,7 +17,7 @@ pub enum Error {
         /// The operands' dtypes and shapes, e.g. `f32[2, 3], f32[4]`.
         operands: String,
         /// The caller's source location.
-        location: &'static Location<'static>,
+        location: Origin,
     },
     /// XLA failed to compile or run a region; surfaces at the sync point,
     /// naming the ops of the region and the user lines that recorded them.
@@ -44,17 +44,13 @@ pub enum Error {
     Internal(String),
 }
 
-fn fmt_loc(l: &Location<'_>) -> String {
-    format!("{}:{}:{}", l.file(), l.line(), l.column())
-}
-
 impl Error {
     /// An argument error for `op` at the caller's location.
     pub(crate) fn op(
         op: &'static str,
         detail: impl fmt::Display,
         operands: String,
-        location: &'static Location<'static>,
+        location: Origin,
     ) -> Self {
         Error::Op {
             op,

@@ -45,6 +45,7 @@ pub mod optim;
 mod persist;
 mod random;
 mod runtime;
+mod site;
 mod spmd;
 mod tensor;
 #[doc(hidden)]
@@ -60,7 +61,7 @@ pub use config::{
 pub use device::Device;
 pub use error::{Error, Result};
 pub use lazy::{pending_ops, plan_of, FlushPlan, FusionGuard, RegionPlan};
-pub use lazyfuse_ir::{DType, Element, HostTensor, Shape};
+pub use lazyfuse_ir::{DType, Element, HostTensor, Origin, Shape};
 #[cfg(feature = "xla")]
 pub use lazyfuse_xla::pjrt::{InMemoryKeyValueStore, KeyValueStore};
 #[cfg(feature = "xla")]
@@ -68,6 +69,7 @@ pub use lazyfuse_xla::plugin::cuda::CudaOptions;
 #[cfg(feature = "xla")]
 pub use lazyfuse_xla::plugin::{CpuOptions, Distributed};
 pub use random::Key;
+pub use site::with_origin;
 pub use spmd::{Mesh, MeshDevices, Sharding};
 pub use tensor::dynamic::sites::reset_dynamic_sites;
 pub use tensor::{flush, realize_all, sync, Dims, Local, Operand, Reduction, Tensor};

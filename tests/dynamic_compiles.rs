@@ -6,7 +6,7 @@
 
 mod common;
 use common::{dev, metrics_lock};
-use lazyfuse::{metrics, set_auto_dynamic, Device, Result, Tensor};
+use lazyfuse::{metrics, set_auto_dynamic, with_origin, Device, Origin, Result, Tensor};
 
 const VOCAB: usize = 32;
 const C: usize = 16;
@@ -200,6 +200,59 @@ fn batch_sizes_compile_once_per_bucket() {
         for (x, y) in e.iter().zip(g) {
             assert!(
                 (x - y).abs() <= 1e-5 * (1.0 + x.abs()),
+                "batch {}: {x} vs {y}",
+                b + 1
+            );
+        }
+    }
+}
+
+/// Ops recorded at registered sites (what a binding declares for a Python
+/// frame: file, line and op) bucket exactly as ops at Rust call sites do:
+/// the same loop over batch sizes compiles about 3 executables per bucket,
+/// not per size, and computes the same values.
+#[test]
+fn registered_sites_bucket_like_rust_call_sites() {
+    let _l = metrics_lock();
+    let d = dev();
+    let w1 = weights(&[8, 32], 7, &d);
+    let w2 = weights(&[32, 4], 8, &d);
+    let at = |line: u32, op: &str| Origin::site("train.py", line, 0, op);
+    let run = |b: usize, registered: bool| -> Vec<f32> {
+        let x = weights(&[b, 8], 40 + b as u64, &d).to_vec::<f32>().unwrap();
+        let step = |x: &Tensor| -> Result<Tensor> {
+            if !registered {
+                let h = x.matmul(&w1)?.relu()?;
+                return h.matmul(&w2)?.log_softmax(-1);
+            }
+            let h = with_origin(at(3, "aten::mm"), || x.matmul(&w1))?;
+            let h = with_origin(at(3, "aten::relu"), || h.relu())?;
+            let y = with_origin(at(4, "aten::mm"), || h.matmul(&w2))?;
+            with_origin(at(5, "aten::_log_softmax"), || y.log_softmax(-1))
+        };
+        let x = Tensor::from_slice(&x, &[b, 8], &d).unwrap();
+        step(&x).unwrap().to_vec::<f32>().unwrap()
+    };
+    let c0 = compiles();
+    let registered: Vec<Vec<f32>> = (1..=24).map(|b| run(b, true)).collect();
+    let c1 = compiles();
+    assert!(
+        c1 - c0 <= 7 * 3,
+        "24 sizes at registered sites compiled {} executables: about 3 per bucket",
+        c1 - c0
+    );
+    let again: Vec<Vec<f32>> = (1..=24).map(|b| run(b, true)).collect();
+    assert!(
+        compiles() - c1 <= 3,
+        "the second pass compiled {}",
+        compiles() - c1
+    );
+    let rust: Vec<Vec<f32>> = (1..=24).map(|b| run(b, false)).collect();
+    assert_eq!(registered, again);
+    for (b, (r, g)) in rust.iter().zip(&registered).enumerate() {
+        for (x, y) in r.iter().zip(g) {
+            assert!(
+                (x - y).abs() <= 1e-6 * (1.0 + x.abs()),
                 "batch {}: {x} vs {y}",
                 b + 1
             );

@@ -157,3 +157,28 @@ fn unfused_failure_is_reported_by_the_op_itself() {
     );
     assert_eq!(x.floor().unwrap().to_vec::<f32>().unwrap(), vec![1.0, -3.0]);
 }
+
+/// Inside `with_origin` (what a binding does for the user's Python frame),
+/// an error names the declared site, not the Rust line that recorded it,
+/// and records nothing.
+#[test]
+fn errors_name_a_declared_site() {
+    let d = dev();
+    let a = Tensor::zeros(&[2, 3], DType::F32, &d).unwrap();
+    let b = Tensor::zeros(&[4], DType::F32, &d).unwrap();
+    let site = lazyfuse::Origin::site("model.py", 12, 0, "aten::add");
+    let before = pending_ops(&d);
+    let e = lazyfuse::with_origin(site, || a.add(&b)).unwrap_err();
+    match &e {
+        Error::Op { op, location, .. } => {
+            assert_eq!(*op, "add");
+            assert_eq!(*location, site);
+        }
+        other => panic!("expected Error::Op, got {other}"),
+    }
+    assert!(e.to_string().contains("at model.py:12"), "{e}");
+    assert_eq!(pending_ops(&d), before, "nothing recorded");
+    // Outside the scope, errors name this file again.
+    let e = a.add(&b).unwrap_err().to_string();
+    assert!(e.contains("errors.rs"), "{e}");
+}

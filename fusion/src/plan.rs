@@ -567,7 +567,7 @@ mod tests {
 
     #[test]
     fn packs_group_scalars_by_dtype_in_order_of_first_use() {
-        let here = std::panic::Location::caller();
+        let here = lazyfuse_ir::Origin::caller();
         let mut g = Graph::new();
         for (v, d) in [(0.5, DType::F32), (3.0, DType::I32), (2.5, DType::F32)] {
             let op = Op::Constant {

@@ -155,7 +155,6 @@ impl PlanCache {
 mod tests {
     use super::*;
     use lazyfuse_ir::{BinaryOp, DType, Literal, Shape, UnaryOp};
-    use std::panic::Location;
 
     /// `exp(x * c) + x` with a scalar `c`; returns the graph and its result.
     fn scaled(c: f64, extra: bool) -> (Graph, NodeId) {
@@ -165,7 +164,7 @@ mod tests {
     /// [`scaled`] with `c` a constant of `shape` (of rank 1: baked into
     /// the code, not lifted).
     fn scaled_by(c: f64, shape: Shape, extra: bool) -> (Graph, NodeId) {
-        let here = Location::caller();
+        let here = lazyfuse_ir::Origin::caller();
         let mut g = Graph::new();
         let x = g
             .push(

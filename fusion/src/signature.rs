@@ -16,11 +16,11 @@
 //! Pure graph logic: nothing here knows about XLA or caches.
 
 use crate::Region;
+use lazyfuse_ir::Origin;
 use lazyfuse_ir::{stable_hasher, DType, Graph, NodeId, Op, Shape};
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::hash::{Hash, Hasher};
-use std::panic::Location;
 
 /// The op structure of a region with shapes, dtypes and attributes erased.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -79,7 +79,7 @@ pub struct NodeDescription {
     /// Result dtype.
     pub dtype: DType,
     /// The user line that recorded it.
-    pub origin: &'static Location<'static>,
+    pub origin: Origin,
 }
 
 /// What a region's [`Signature`] erases, plus where it was recorded.
@@ -148,7 +148,7 @@ pub fn describe(graph: &Graph, region: &Region) -> (Signature, Description) {
 impl Description {
     /// The user line that recorded the region: that of its first op that is
     /// not a constant (constants are often recorded by library code).
-    pub fn origin(&self) -> Option<&'static Location<'static>> {
+    pub fn origin(&self) -> Option<Origin> {
         self.nodes
             .iter()
             .find(|n| n.op != "constant")

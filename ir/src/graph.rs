@@ -1,11 +1,11 @@
 //! The recorded program: an append-only DAG of nodes in topological order,
 //! each with a structural hash computed when it is appended.
 
+use crate::Origin;
 use crate::{infer, DType, InferError, Op, Shape};
 use petgraph::graph::NodeIndex;
 use smallvec::SmallVec;
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::panic::Location;
 
 /// Index of a node in its [`Graph`].
 pub type NodeId = NodeIndex<u32>;
@@ -30,7 +30,7 @@ pub struct Node {
     /// that value is a region parameter, so it changes no code.
     pub hash: u64,
     /// The user source line that recorded this node (for errors and dumps).
-    pub origin: &'static Location<'static>,
+    pub origin: Origin,
 }
 
 /// Fixed-key hasher so hashes are identical across runs, threads and processes.
@@ -136,7 +136,7 @@ impl Graph {
         &mut self,
         op: Op,
         inputs: &[NodeId],
-        origin: &'static Location<'static>,
+        origin: Origin,
     ) -> Result<NodeId, InferError> {
         let mut operands: SmallVec<[(&Shape, DType); 3]> = SmallVec::new();
         for &i in inputs {
@@ -161,7 +161,7 @@ impl Graph {
         inputs: &[NodeId],
         shape: &Shape,
         dtype: DType,
-        origin: &'static Location<'static>,
+        origin: Origin,
     ) -> NodeId {
         let mut hashes = [0u64; 3];
         let hash = if inputs.len() <= 3 {
@@ -192,12 +192,7 @@ impl Graph {
     /// and an `Op` passed in was read back from the caller's stack, where
     /// its narrower stores could not be forwarded to the wide loads.
     #[inline(always)]
-    pub fn push_scalar(
-        &mut self,
-        value: crate::Literal,
-        dtype: DType,
-        origin: &'static Location<'static>,
-    ) -> NodeId {
+    pub fn push_scalar(&mut self, value: crate::Literal, dtype: DType, origin: Origin) -> NodeId {
         let op = Op::Constant {
             value,
             shape: Shape::scalar(),
@@ -381,7 +376,7 @@ mod tests {
     #[test]
     fn a_graph_records_scalar_operands_with_either_side_broadcast() {
         let mut g = Graph::new();
-        let here = Location::caller();
+        let here = Origin::caller();
         let x = g
             .push(
                 Op::Input {
@@ -415,7 +410,7 @@ mod tests {
     /// for lifted and baked-in values of every dtype.
     #[test]
     fn push_scalar_appends_what_push_appends() {
-        let here = Location::caller();
+        let here = Origin::caller();
         let values = [
             Literal::Float(0.5),
             Literal::Float(1.0),

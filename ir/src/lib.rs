@@ -18,6 +18,7 @@ mod host;
 mod infer;
 pub mod interp;
 mod op;
+mod origin;
 mod rng;
 mod shape;
 #[cfg(feature = "test-util")]
@@ -30,5 +31,6 @@ pub use infer::{
     check_literal, infer, normalize_axes, normalize_axis, reduced_shape, InferError, Operand,
 };
 pub use op::{Axes, BinaryOp, CmpOp, Literal, Op, ReduceOp, SplitAxes, UnaryOp};
+pub use origin::{Origin, SiteInfo};
 pub use rng::{splitmix64, SplitMix64};
 pub use shape::Shape;

@@ -5,16 +5,16 @@
 use super::{meta_arc, requires, rules, GradNode, Meta, NoGradGuard, Saved};
 use crate::tensor::{Arg, Tensor};
 use crate::{Error, Result};
+use lazyfuse_ir::Origin;
 use smallvec::SmallVec;
 use std::collections::{HashMap, HashSet};
-use std::panic::Location;
 use std::sync::Arc;
 
 fn key(m: &Arc<Meta>) -> usize {
     Arc::as_ptr(m) as usize
 }
 
-fn saved_inputs(node: &GradNode, loc: &'static Location<'static>) -> Result<SmallVec<[Saved; 3]>> {
+fn saved_inputs(node: &GradNode, loc: Origin) -> Result<SmallVec<[Saved; 3]>> {
     node.inputs.lock().clone().ok_or_else(|| {
         Error::op(
             "backward",
@@ -31,7 +31,7 @@ fn saved_inputs(node: &GradNode, loc: &'static Location<'static>) -> Result<Smal
 
 /// Grad nodes reachable from `root`, each after every node that uses it
 /// (reverse post-order of an iterative depth-first search).
-fn topo_order(root: &Arc<Meta>, loc: &'static Location<'static>) -> Result<Vec<Arc<Meta>>> {
+fn topo_order(root: &Arc<Meta>, loc: Origin) -> Result<Vec<Arc<Meta>>> {
     let mut order = Vec::new();
     let mut seen = HashSet::new();
     let mut stack: Vec<(Arc<Meta>, bool)> = vec![(root.clone(), false)];
@@ -69,7 +69,7 @@ fn accumulate(slot: &mut Option<Tensor>, g: Tensor) -> Result<()> {
 }
 
 /// `root.backward()`: see [`Tensor::backward`].
-pub(super) fn run(root: &Tensor, retain: bool, loc: &'static Location<'static>) -> Result<()> {
+pub(super) fn run(root: &Tensor, retain: bool, loc: Origin) -> Result<()> {
     let rm = check_root(root, loc)?;
     let _ng = NoGradGuard::new();
     if let Meta::Leaf { grad, .. } = &*rm {
@@ -116,7 +116,7 @@ pub(super) fn run(root: &Tensor, retain: bool, loc: &'static Location<'static>) 
 
 /// The root's grad metadata, or why `backward` cannot start from it (an
 /// `Err` that records nothing).
-fn check_root(root: &Tensor, loc: &'static Location<'static>) -> Result<Arc<Meta>> {
+fn check_root(root: &Tensor, loc: Origin) -> Result<Arc<Meta>> {
     let bad = |why: String| Err(Error::op("backward", why, root.describe(), loc));
     if root.numel() != 1 {
         return bad(format!(

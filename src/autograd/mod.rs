@@ -23,11 +23,11 @@ mod rules;
 use crate::lazy::TensorInner;
 use crate::tensor::{Arg, Tensor};
 use crate::{Error, Result};
+use lazyfuse_ir::Origin;
 use lazyfuse_ir::{DType, Literal, Op};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 use std::cell::Cell;
-use std::panic::Location;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
@@ -50,7 +50,7 @@ pub(crate) struct GradNode {
     inputs: Mutex<Option<SmallVec<[Saved; 3]>>>,
     /// The output itself, weak to avoid a cycle through its own `Meta`.
     out: Weak<TensorInner>,
-    origin: &'static Location<'static>,
+    origin: Origin,
 }
 
 /// A recorded operand.
@@ -128,14 +128,14 @@ fn tracks(args: &[Arg<'_>]) -> bool {
 
 /// The tape hook the tensor layer calls after recording an op on operands
 /// with autograd state: attaches the op's grad node when it is tracked.
-fn tape(op: Op, args: &[Arg<'_>], out: &Tensor, origin: &'static Location<'static>) {
+fn tape(op: Op, args: &[Arg<'_>], out: &Tensor, origin: Origin) {
     if tracks(args) {
         attach(op, args, out, origin);
     }
 }
 
 /// Attaches the grad node of `op` on `args` to the freshly recorded `out`.
-fn attach(op: Op, args: &[Arg<'_>], out: &Tensor, origin: &'static Location<'static>) {
+fn attach(op: Op, args: &[Arg<'_>], out: &Tensor, origin: Origin) {
     if !out.dtype().is_float() {
         return; // comparisons, argmax, indices: nothing flows back
     }
@@ -161,7 +161,7 @@ impl Tensor {
     /// results of tracked ops already require grad and cannot be changed.
     #[track_caller]
     pub fn set_requires_grad(&self, on: bool) -> Result<()> {
-        let loc = Location::caller();
+        let loc = crate::site::caller();
         if !self.dtype().is_float() {
             return Err(Error::op(
                 "set_requires_grad",
@@ -234,7 +234,7 @@ impl Tensor {
     /// an identity node, which costs nothing once fused.
     #[track_caller]
     pub fn detach(&self) -> Result<Tensor> {
-        self.stop_gradient(Location::caller())
+        self.stop_gradient(crate::site::caller())
     }
 
     /// Computes the gradient of this one-element float tensor with respect
@@ -245,12 +245,12 @@ impl Tensor {
     /// it is an `Err`; see [`Tensor::backward_retain_graph`]).
     #[track_caller]
     pub fn backward(&self) -> Result<()> {
-        backward::run(self, false, Location::caller())
+        backward::run(self, false, crate::site::caller())
     }
 
     /// Like [`Tensor::backward`], keeping the recorded graph for another pass.
     #[track_caller]
     pub fn backward_retain_graph(&self) -> Result<()> {
-        backward::run(self, true, Location::caller())
+        backward::run(self, true, crate::site::caller())
     }
 }

@@ -14,11 +14,11 @@ use crate::executor::{Input, Latch, Slot};
 use crate::metrics::{self, FlushReason, COUNTERS as C};
 use crate::runtime::DeviceBuffer;
 use crate::{Device, Result};
+use lazyfuse_ir::Origin;
 use lazyfuse_ir::{DType, Graph, Literal, NodeId, Op, Shape};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 use std::cell::RefCell;
-use std::panic::Location;
 use std::sync::Arc;
 
 /// One thread's pending graph on one device.
@@ -252,7 +252,7 @@ pub(crate) fn record(
     inputs: &[impl LazyArg],
     shape: &Shape,
     dtype: DType,
-    origin: &'static Location<'static>,
+    origin: Origin,
 ) -> Result<Arc<TensorInner>> {
     let t_record = metrics::record_start();
     let _span = tracing::trace_span!("record", op = op.name()).entered();
@@ -304,7 +304,7 @@ pub(crate) fn record(
 fn operand_ids<'g>(
     tg: &'g Arc<ThreadGraph>,
     inputs: &[impl LazyArg],
-    origin: &'static Location<'static>,
+    origin: Origin,
     ids: &mut SmallVec<[NodeId; 3]>,
 ) -> Result<parking_lot::MutexGuard<'g, GraphState>> {
     {
@@ -354,7 +354,7 @@ fn append(
     mut g: parking_lot::MutexGuard<'_, GraphState>,
     op: Op,
     ids: &[NodeId],
-    (shape, dtype, origin): (&Shape, DType, &'static Location<'static>),
+    (shape, dtype, origin): (&Shape, DType, Origin),
     fuse: bool,
     eager_flush: bool,
 ) -> (Arc<TensorInner>, AfterRecord) {
@@ -410,7 +410,7 @@ fn append(
 fn quick_ids(
     g: &mut GraphState,
     inputs: &[impl LazyArg],
-    origin: &'static Location<'static>,
+    origin: Origin,
     ids: &mut SmallVec<[NodeId; 3]>,
 ) -> bool {
     // Checked before anything is added, so the general path starts from
@@ -546,7 +546,7 @@ impl ThreadGraph {
 
 impl GraphState {
     #[inline(always)]
-    fn node_for(&mut self, r: Resolved, origin: &'static Location<'static>) -> NodeId {
+    fn node_for(&mut self, r: Resolved, origin: Origin) -> NodeId {
         let (key, (shape, dtype), input) = match r {
             Resolved::Node(n, _) => return n,
             Resolved::Leaf(op, shape, dtype) => {
@@ -572,12 +572,7 @@ impl GraphState {
     /// stays in registers instead of being reloaded from where the caller
     /// wrote it in parts).
     #[inline(always)]
-    fn scalar_node(
-        &mut self,
-        value: Literal,
-        dtype: DType,
-        origin: &'static Location<'static>,
-    ) -> NodeId {
+    fn scalar_node(&mut self, value: Literal, dtype: DType, origin: Origin) -> NodeId {
         self.recorded += 1;
         self.graph.push_scalar(value, dtype, origin)
     }
@@ -590,7 +585,7 @@ impl GraphState {
         shape: Shape,
         dtype: DType,
         input: Input,
-        origin: &'static Location<'static>,
+        origin: Origin,
     ) -> NodeId {
         if let Some(&n) = self.leaves.get(&key) {
             return n;

@@ -44,7 +44,7 @@ pub(crate) type Site = u64;
 
 /// The site of a node: its structural hash and recording line.
 pub(crate) fn site_of(node: &Node) -> Site {
-    let line = node.origin as *const _ as u64;
+    let line = node.origin.id() as u64;
     node.hash ^ line.rotate_left(29).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
@@ -54,7 +54,7 @@ pub(crate) fn site_of(node: &Node) -> Site {
 pub(crate) fn dynamic_site_of(node: &Node, mask: u32) -> Site {
     use std::hash::{Hash, Hasher};
     let mut h = lazyfuse_ir::stable_hasher();
-    (node.origin as *const _ as u64).hash(&mut h);
+    (node.origin.id() as u64).hash(&mut h);
     node.op.name().hash(&mut h);
     node.dtype.hash(&mut h);
     (node.shape.rank(), mask).hash(&mut h);

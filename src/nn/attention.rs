@@ -3,7 +3,6 @@
 
 use super::{join, Dropout, LayerNorm, Linear, Module, Param};
 use crate::{DType, Device, Error, Key, Result, Tensor};
-use std::panic::Location;
 
 /// `Err` unless `x` is `[B, T, C]` (checked before anything is recorded).
 #[track_caller]
@@ -15,7 +14,7 @@ fn check_btc(op: &'static str, x: &Tensor) -> Result<()> {
         op,
         format!("needs a [B, T, C] input, got rank {}", x.rank()),
         x.describe(),
-        Location::caller(),
+        crate::site::caller(),
     ))
 }
 
@@ -49,7 +48,7 @@ impl CausalSelfAttention {
                 "CausalSelfAttention::new",
                 format!("dim {dim} must be a positive multiple of n_head {n_head}"),
                 String::new(),
-                Location::caller(),
+                crate::site::caller(),
             ));
         }
         Ok(CausalSelfAttention {

@@ -6,12 +6,16 @@ use super::Param;
 use crate::{DType, Device, Error, HostTensor, Result, Shape, Tensor};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use std::collections::HashMap;
-use std::panic::Location;
 use std::path::Path;
 
 #[track_caller]
 fn io_err(op: &'static str, detail: impl std::fmt::Display, path: &Path) -> Error {
-    Error::op(op, detail, path.display().to_string(), Location::caller())
+    Error::op(
+        op,
+        detail,
+        path.display().to_string(),
+        crate::site::caller(),
+    )
 }
 
 fn to_st(d: DType) -> Dtype {

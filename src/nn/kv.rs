@@ -15,7 +15,6 @@
 
 use super::{Block, CausalSelfAttention, Module};
 use crate::{DType, Device, Error, Result, Tensor};
-use std::panic::Location;
 
 /// One layer's cached keys and values, `[B, heads, S, head_dim]` each.
 #[derive(Clone, Default)]
@@ -157,7 +156,7 @@ impl KvCache {
     /// every layer is written.
     #[track_caller]
     pub fn write(&mut self, i: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
-        let loc = Location::caller();
+        let loc = crate::site::caller();
         let layer = self.layers.get_mut(i).ok_or_else(|| {
             Error::op("KvCache::write", format!("no layer {i}"), k.describe(), loc)
         })?;
@@ -248,7 +247,7 @@ impl CausalSelfAttention {
                 "CausalSelfAttention::forward_cached",
                 format!("needs a [B, T, C] input, got rank {}", x.rank()),
                 x.describe(),
-                Location::caller(),
+                crate::site::caller(),
             ));
         }
         let (b, t, c) = (x.dims()[0], x.dims()[1], x.dims()[2]);

@@ -3,7 +3,6 @@
 
 use super::{join, Module, Param};
 use crate::{DType, Device, Error, Key, Result, Tensor};
-use std::panic::Location;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// `x @ weight + bias`, weight stored `[in, out]` so no transpose is needed.
@@ -114,7 +113,7 @@ impl Conv2d {
                      and the kernel {kernel:?} must be non-empty"
                 ),
                 String::new(),
-                Location::caller(),
+                crate::site::caller(),
             ));
         }
         let fan_in = c_in / groups * kernel.0 * kernel.1;
@@ -192,7 +191,7 @@ impl Embedding {
                 "embedding",
                 format!("id {i} is {id}, outside 0..{vocab}"),
                 w.describe(),
-                Location::caller(),
+                crate::site::caller(),
             ));
         }
         self.forward(&Tensor::from_slice(ids, dims, w.device())?)
@@ -209,7 +208,7 @@ impl Module for Embedding {
                 "embedding",
                 format!("ids must be integer, got {}", ids.dtype()),
                 w.describe(),
-                Location::caller(),
+                crate::site::caller(),
             ));
         }
         let rows = w.index_select(0, &ids.reshape(&[ids.numel()])?)?;

@@ -19,7 +19,6 @@ pub use layers::{Conv2d, Dropout, Embedding, LayerNorm, Linear};
 
 use crate::{Error, Result, Tensor};
 use parking_lot::RwLock;
-use std::panic::Location;
 use std::sync::Arc;
 
 /// A trainable tensor slot shared by a module and its optimizer.
@@ -68,7 +67,7 @@ impl Param {
                 "Param::set",
                 "the new value must keep the parameter's shape and dtype",
                 format!("{}, {}", old.describe(), value.describe()),
-                Location::caller(),
+                crate::site::caller(),
             ));
         }
         let v = value.detach()?;

@@ -7,7 +7,6 @@
 use crate::autograd::NoGradGuard;
 use crate::nn::Param;
 use crate::{DType, Error, Result, Tensor};
-use std::panic::Location;
 
 /// Scales the gradients of `params` so their global L2 norm is at most
 /// `max_norm`, and returns that norm (before clipping) as a pending f32
@@ -26,7 +25,7 @@ pub fn clip_grad_norm(params: &[Param], max_norm: f64) -> Result<Option<Tensor>>
             "clip_grad_norm",
             format!("max_norm must be finite and positive, got {max_norm}"),
             format!("{} parameters", params.len()),
-            Location::caller(),
+            crate::site::caller(),
         ));
     }
     let _ng = NoGradGuard::new();
@@ -45,7 +44,7 @@ pub fn clip_grad_norm(params: &[Param], max_norm: f64) -> Result<Option<Tensor>>
                 "clip_grad_norm",
                 "gradients must be float tensors",
                 g.describe(),
-                Location::caller(),
+                crate::site::caller(),
             ));
         }
         if !g.device().same_device(&device) {
@@ -53,7 +52,7 @@ pub fn clip_grad_norm(params: &[Param], max_norm: f64) -> Result<Option<Tensor>>
                 "clip_grad_norm",
                 "every gradient must be on one device",
                 g.describe(),
-                Location::caller(),
+                crate::site::caller(),
             ));
         }
         let g32 = as_dtype(g, DType::F32)?;

@@ -41,7 +41,7 @@ impl Mesh {
     /// the interpreter device (it has no SPMD programs).
     #[track_caller]
     pub fn new(device: &impl MeshDevices, axes: &[(&str, usize)]) -> crate::Result<Mesh> {
-        let at = std::panic::Location::caller();
+        let at = crate::site::caller();
         let fail = |m: String| crate::Error::op("Mesh::new", m, format!("{device:?}"), at);
         let (client, available) = device.mesh_devices().map_err(fail)?;
         Mesh::build(client, available, axes).map_err(fail)

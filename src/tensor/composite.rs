@@ -11,11 +11,10 @@ use super::create::literal_for;
 use super::Tensor;
 use crate::{Error, Key, Result};
 use lazyfuse_ir::{BinaryOp, DType, Op, Shape};
-use std::panic::Location;
 
 #[track_caller]
 fn op_err(op: &'static str, detail: impl std::fmt::Display, operands: String) -> Error {
-    Error::op(op, detail, operands, Location::caller())
+    Error::op(op, detail, operands, crate::site::caller())
 }
 
 impl Tensor {
@@ -23,7 +22,7 @@ impl Tensor {
     /// axis) before it records anything, so an `Err` leaves no node behind.
     #[track_caller]
     fn check_softmax(&self, op: &'static str, axis: isize) -> Result<()> {
-        self.axis(op, axis, self.rank(), Location::caller())?;
+        self.axis(op, axis, self.rank(), crate::site::caller())?;
         if !self.dtype().is_float() {
             return Err(op_err(op, "needs a float tensor", self.describe()));
         }
@@ -35,7 +34,9 @@ impl Tensor {
     /// Non-finite maxima become 0 so all-`-inf` rows do not turn into NaN.
     #[track_caller]
     fn stable_shift(&self, axis: isize) -> Result<Tensor> {
-        let m = self.stop_gradient(Location::caller())?.max([axis], true)?;
+        let m = self
+            .stop_gradient(crate::site::caller())?
+            .max([axis], true)?;
         let finite = m.abs()?.lt(f64::INFINITY)?;
         let zero = Tensor::zeros(&[], self.dtype(), self.device())?;
         finite.where_cond(&m, &zero)
@@ -149,7 +150,7 @@ impl Tensor {
     /// `axis`. Indices clamp into range, like [`Tensor::index_select`].
     #[track_caller]
     pub fn gather(&self, axis: isize, idx: &Tensor) -> Result<Tensor> {
-        let a = self.axis("gather", axis, self.rank(), Location::caller())?;
+        let a = self.axis("gather", axis, self.rank(), crate::site::caller())?;
         let same_rest = idx.rank() == self.rank()
             && (0..self.rank()).all(|d| d == a || idx.dims()[d] == self.dims()[d]);
         if !idx.dtype().is_int() || !same_rest {
@@ -216,7 +217,7 @@ impl Tensor {
             (&scalar, self.dtype()),
             (self.shape(), self.dtype()),
         ];
-        let loc = Location::caller();
+        let loc = crate::site::caller();
         lazyfuse_ir::infer(&Op::Select, &operands).map_err(|e| {
             let operands = format!("{}, {}", self.describe(), mask.describe());
             Error::op("masked_fill", e, operands, loc)
@@ -236,8 +237,16 @@ impl Tensor {
             ));
         }
         // Both bounds must be valid scalars of the dtype before either op is recorded.
-        self.scalar_operand("clamp", literal_for(lo, self.dtype()), Location::caller())?;
-        self.scalar_operand("clamp", literal_for(hi, self.dtype()), Location::caller())?;
+        self.scalar_operand(
+            "clamp",
+            literal_for(lo, self.dtype()),
+            crate::site::caller(),
+        )?;
+        self.scalar_operand(
+            "clamp",
+            literal_for(hi, self.dtype()),
+            crate::site::caller(),
+        )?;
         self.maximum(lo)?.minimum(hi)
     }
 
@@ -259,7 +268,7 @@ impl Tensor {
         eps: f64,
     ) -> Result<Tensor> {
         // The affine operands must fit before anything is recorded.
-        let loc = Location::caller();
+        let loc = crate::site::caller();
         let mut shape = self.shape().clone();
         for p in [weight, bias].into_iter().flatten() {
             let operands = [(&shape, self.dtype()), (p.shape(), p.dtype())];
@@ -305,7 +314,7 @@ impl Tensor {
         // The scaling must be valid for the dtype before the mask is recorded.
         let scalar = Shape::scalar();
         let operands = [(self.shape(), self.dtype()), (&scalar, self.dtype())];
-        let loc = Location::caller();
+        let loc = crate::site::caller();
         lazyfuse_ir::infer(&Op::Binary(BinaryOp::Mul), &operands)
             .map_err(|e| Error::op("dropout", e, self.describe(), loc))?;
         self.scalar_operand("dropout", literal_for(1.0 / (1.0 - p), self.dtype()), loc)?;

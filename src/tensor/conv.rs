@@ -13,7 +13,6 @@
 
 use super::Tensor;
 use crate::{Error, Result};
-use std::panic::Location;
 
 /// The sliding-window geometry of one spatial dim.
 #[derive(Clone, Copy, Debug)]
@@ -130,7 +129,7 @@ impl Tensor {
         stride: (usize, usize),
         padding: (usize, usize),
     ) -> Result<(Dim, Dim)> {
-        let loc = Location::caller();
+        let loc = crate::site::caller();
         let err = |d: String| Error::op(op, d, self.describe(), loc);
         if self.rank() != 4 {
             return Err(err(format!(
@@ -177,7 +176,7 @@ impl Tensor {
             }
             s
         };
-        let loc = Location::caller();
+        let loc = crate::site::caller();
         let err = |d: String| Error::op("conv2d", d, describe(), loc);
         if self.rank() != 4 || weight.rank() != 4 {
             return Err(err(format!(

@@ -4,7 +4,6 @@
 use super::Tensor;
 use crate::{Device, Error, Key, Result};
 use lazyfuse_ir::{DType, Element, HostTensor, Literal, Op, Shape};
-use std::panic::Location;
 
 /// The literal that `value` denotes in `dtype`.
 pub(crate) fn literal_for(value: f64, dtype: DType) -> Literal {
@@ -37,7 +36,7 @@ impl Tensor {
     /// Uploads `data` with the given dimensions. Errors if the lengths disagree.
     #[track_caller]
     pub fn from_slice<T: Element>(data: &[T], dims: &[usize], device: &Device) -> Result<Tensor> {
-        let loc = Location::caller();
+        let loc = crate::site::caller();
         let shape = Shape::new(dims);
         if data.len() != shape.numel() {
             return Err(Error::op(
@@ -105,7 +104,7 @@ impl Tensor {
             shape: Shape::scalar(),
             dtype,
         };
-        let v = Tensor::apply_nullary("full", op, device, Location::caller())?;
+        let v = Tensor::apply_nullary("full", op, device, crate::site::caller())?;
         if dims.is_empty() {
             Ok(v)
         } else {
@@ -152,7 +151,7 @@ impl Tensor {
         dtype: DType,
         device: &Device,
     ) -> Result<Tensor> {
-        let loc = Location::caller();
+        let loc = crate::site::caller();
         if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
             return Err(Error::op(
                 "arange",

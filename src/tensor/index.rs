@@ -4,7 +4,6 @@
 use super::Tensor;
 use crate::{Device, Error, Key, Result};
 use lazyfuse_ir::{DType, Literal, Op, Shape};
-use std::panic::Location;
 
 impl Tensor {
     /// Slices of `self` along `axis` picked by the 1-D integer tensor `idx`
@@ -13,7 +12,7 @@ impl Tensor {
     /// check indices on the host when they come from there.
     #[track_caller]
     pub fn index_select(&self, axis: isize, idx: &Tensor) -> Result<Tensor> {
-        let loc = Location::caller();
+        let loc = crate::site::caller();
         let axis = self.axis("index_select", axis, self.rank(), loc)?;
         Tensor::apply(Op::IndexSelect { axis }, &[self, idx], loc)
     }
@@ -24,7 +23,7 @@ impl Tensor {
     /// is the same read at a host start.
     #[track_caller]
     pub fn dynamic_slice(&self, axis: isize, start: &Tensor, len: usize) -> Result<Tensor> {
-        let loc = Location::caller();
+        let loc = crate::site::caller();
         let axis = self.axis("dynamic_slice", axis, self.rank(), loc)?;
         Tensor::apply(Op::DynamicSlice { axis, len }, &[self, start], loc)
     }
@@ -41,7 +40,7 @@ impl Tensor {
         axis: isize,
         start: &Tensor,
     ) -> Result<Tensor> {
-        let loc = Location::caller();
+        let loc = crate::site::caller();
         let axis = self.axis("dynamic_update_slice", axis, self.rank(), loc)?;
         Tensor::apply(Op::DynamicUpdateSlice { axis }, &[self, update, start], loc)
     }
@@ -58,7 +57,7 @@ impl Tensor {
         key: impl Into<Key>,
         device: &Device,
     ) -> Result<Tensor> {
-        let loc = Location::caller();
+        let loc = crate::site::caller();
         let op = Op::RandomUniform {
             shape: Shape::new(dims),
             dtype,

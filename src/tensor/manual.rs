@@ -23,8 +23,8 @@
 use super::Tensor;
 use crate::spmd::Mesh;
 use crate::{Error, Result};
+use lazyfuse_ir::Origin;
 use lazyfuse_ir::SplitAxes;
-use std::panic::Location;
 
 /// One device's piece of a value inside a manual region
 /// ([`Mesh::shard_map`]), for every device of the mesh at once. Its
@@ -103,7 +103,7 @@ impl Mesh {
     where
         F: FnOnce(&[Local]) -> Result<Vec<Local>>,
     {
-        let at = Location::caller();
+        let at = crate::site::caller();
         let fail = |m: String, what: String| Error::op("shard_map", m, what, at);
         let mut locals = Vec::with_capacity(inputs.len());
         for (x, spec) in inputs {
@@ -284,7 +284,7 @@ impl Local {
     /// that lost them is an `Err`.
     #[track_caller]
     pub fn map(&self, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Local> {
-        let at = Location::caller();
+        let at = crate::site::caller();
         let y = f(&self.t)?;
         self.wrap(y, at)
     }
@@ -297,7 +297,7 @@ impl Local {
         other: &Local,
         f: impl FnOnce(&Tensor, &Tensor) -> Result<Tensor>,
     ) -> Result<Local> {
-        let at = Location::caller();
+        let at = crate::site::caller();
         if other.mesh != self.mesh {
             return Err(Error::op(
                 "shard_map",
@@ -311,7 +311,7 @@ impl Local {
     }
 
     /// `y` as a local value, checked to keep the mesh dimensions in front.
-    fn wrap(&self, y: Tensor, at: &'static Location<'static>) -> Result<Local> {
+    fn wrap(&self, y: Tensor, at: Origin) -> Result<Local> {
         let sizes = mesh_dims(&self.mesh);
         let lead_ok = |d: &[usize]| d.iter().zip(&sizes).all(|(&g, &n)| g == n || g == 1);
         if y.rank() < sizes.len() || !lead_ok(&y.dims()[..sizes.len()]) {
@@ -339,7 +339,7 @@ impl Local {
         op: &'static str,
         axis: &str,
         dim: Option<isize>,
-        at: &'static Location<'static>,
+        at: Origin,
     ) -> Result<(usize, usize)> {
         let fail = |m: String| Error::op(op, m, self.t.describe(), at);
         let a = self.mesh.axis(axis).map_err(fail)?;
@@ -373,7 +373,7 @@ impl Local {
     /// minimum and mean, and `n` times itself summed.
     #[track_caller]
     pub fn all_reduce(&self, axis: &str, op: Reduction) -> Result<Local> {
-        let (a, _) = self.locate("all_reduce", axis, None, Location::caller())?;
+        let (a, _) = self.locate("all_reduce", axis, None, crate::site::caller())?;
         let axes = [a as isize];
         if self.t.dims()[a] == 1 {
             let n = mesh_dims(&self.mesh)[a];
@@ -404,7 +404,7 @@ impl Local {
     /// `all_gather(..., tiled=True)`).
     #[track_caller]
     pub fn all_gather(&self, axis: &str, dim: isize) -> Result<Local> {
-        let (a, d) = self.locate("all_gather", axis, Some(dim), Location::caller())?;
+        let (a, d) = self.locate("all_gather", axis, Some(dim), crate::site::caller())?;
         let t = self.spread(a)?;
         let dims = t.dims();
         // Move the axis just before the gathered dimension and merge them.
@@ -425,7 +425,7 @@ impl Local {
     /// not divide by the axis size.
     #[track_caller]
     pub fn reduce_scatter(&self, axis: &str, dim: isize) -> Result<Local> {
-        let at = Location::caller();
+        let at = crate::site::caller();
         let (a, d) = self.locate("reduce_scatter", axis, Some(dim), at)?;
         let t = self.spread(a)?;
         let dims = t.dims();
@@ -458,7 +458,7 @@ impl Local {
     /// an i64 piece of shape `[]`.
     #[track_caller]
     pub fn axis_index(&self, axis: &str) -> Result<Local> {
-        let (a, _) = self.locate("axis_index", axis, None, Location::caller())?;
+        let (a, _) = self.locate("axis_index", axis, None, crate::site::caller())?;
         let sizes = mesh_dims(&self.mesh);
         let ids = Tensor::arange(
             0.0,
@@ -502,7 +502,7 @@ macro_rules! local_binary {
                 $(#[$doc])*
                 #[track_caller]
                 pub fn $name(&self, other: &Local) -> Result<Local> {
-                    let at = Location::caller();
+                    let at = crate::site::caller();
                     if other.mesh != self.mesh {
                         return self.zip(other, |x, y| x.$name(y));
                     }

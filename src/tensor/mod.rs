@@ -23,9 +23,9 @@ use crate::lazy::{LazyArg, TensorInner};
 use crate::metrics::FlushReason;
 use crate::runtime::DeviceBuffer;
 use crate::{Device, Error, Result};
+use lazyfuse_ir::Origin;
 use lazyfuse_ir::{DType, Element, HostTensor, Op, Shape};
 use smallvec::SmallVec;
-use std::panic::Location;
 use std::sync::{Arc, OnceLock};
 
 /// An n-dimensional array on a [`Device`] with eager semantics and lazy execution.
@@ -51,7 +51,7 @@ impl LazyArg for Arg<'_> {
 /// recorded: the tape seam. Installed once, by the first tensor that
 /// requires grad, so this layer never names autograd and untracked
 /// programs pay one atomic load per op.
-pub(crate) type TapeHook = fn(Op, &[Arg<'_>], &Tensor, &'static Location<'static>);
+pub(crate) type TapeHook = fn(Op, &[Arg<'_>], &Tensor, Origin);
 
 static TAPE: OnceLock<TapeHook> = OnceLock::new();
 
@@ -133,7 +133,7 @@ impl Tensor {
     /// `T` must match the dtype exactly.
     #[track_caller]
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
-        let loc = Location::caller();
+        let loc = crate::site::caller();
         if T::DTYPE != self.dtype() {
             return Err(Error::op(
                 "to_vec",
@@ -153,7 +153,7 @@ impl Tensor {
     /// The single value of a one-element tensor (a sync point).
     #[track_caller]
     pub fn item<T: Element>(&self) -> Result<T> {
-        let loc = Location::caller();
+        let loc = crate::site::caller();
         if self.numel() != 1 {
             return Err(Error::op(
                 "item",
@@ -180,18 +180,14 @@ impl Tensor {
                 op.name(),
                 "apply_op needs at least one tensor operand (use the creation functions for leaves)",
                 String::new(),
-                Location::caller(),
+                crate::site::caller(),
             ));
         }
-        Tensor::apply(op, inputs, Location::caller())
+        Tensor::apply(op, inputs, crate::site::caller())
     }
 
     /// Validates and records `op` on `inputs` (the shared path of every op).
-    pub(crate) fn apply(
-        op: Op,
-        inputs: &[&Tensor],
-        loc: &'static Location<'static>,
-    ) -> Result<Tensor> {
+    pub(crate) fn apply(op: Op, inputs: &[&Tensor], loc: Origin) -> Result<Tensor> {
         let mut args: SmallVec<[Arg<'_>; 3]> = SmallVec::new();
         for t in inputs {
             args.push(Arg::T(t));
@@ -202,11 +198,7 @@ impl Tensor {
     /// [`Tensor::apply`] where some operands are host scalars, recorded as
     /// rank-0 constants in the same step (so fusion-off mode never runs them
     /// on their own).
-    pub(crate) fn apply_args(
-        op: Op,
-        args: &[Arg<'_>],
-        loc: &'static Location<'static>,
-    ) -> Result<Tensor> {
+    pub(crate) fn apply_args(op: Op, args: &[Arg<'_>], loc: Origin) -> Result<Tensor> {
         let scalar = Shape::scalar();
         // One pass over the operands; `plain` (no operand has dynamic
         // axes, a mesh or autograd state) skips the checks below.
@@ -310,7 +302,7 @@ impl Tensor {
     /// flows through. A materialised tensor shares its buffer; a pending one
     /// is an identity node recorded past the tape, which costs nothing once
     /// fused. (`detach` is this, for users.)
-    pub(crate) fn stop_gradient(&self, loc: &'static Location<'static>) -> Result<Tensor> {
+    pub(crate) fn stop_gradient(&self, loc: Origin) -> Result<Tensor> {
         if self.0.autograd().is_none() {
             return Ok(self.clone());
         }
@@ -340,7 +332,7 @@ impl Tensor {
         name: &'static str,
         op: Op,
         device: &Device,
-        loc: &'static Location<'static>,
+        loc: Origin,
     ) -> Result<Tensor> {
         let (shape, dtype) =
             lazyfuse_ir::infer(&op, &[]).map_err(|e| Error::op(name, e, String::new(), loc))?;

@@ -7,10 +7,10 @@
 use super::create::literal_for;
 use super::{Arg, Tensor};
 use crate::{Error, Result};
+use lazyfuse_ir::Origin;
 use lazyfuse_ir::{normalize_axes, Axes, DType, Literal};
 use smallvec::SmallVec;
 use std::ops::RangeFull;
-use std::panic::Location;
 
 /// The right-hand operand of an elementwise binary op or comparison: a
 /// tensor (`&Tensor` or `Tensor`, broadcast with NumPy's rules, same dtype)
@@ -32,7 +32,7 @@ pub(crate) mod sealed {
             &'a self,
             lhs: &Tensor,
             op: &'static str,
-            loc: &'static Location<'static>,
+            loc: Origin,
         ) -> Result<Recorded<'a>>;
     }
 
@@ -47,7 +47,7 @@ impl sealed::ToArg for &Tensor {
         &'a self,
         _: &Tensor,
         _: &'static str,
-        _: &'static Location,
+        _: Origin,
     ) -> Result<sealed::Recorded<'a>> {
         Ok(sealed::Recorded(Arg::T(self)))
     }
@@ -59,7 +59,7 @@ impl sealed::ToArg for Tensor {
         &'a self,
         _: &Tensor,
         _: &'static str,
-        _: &'static Location,
+        _: Origin,
     ) -> Result<sealed::Recorded<'a>> {
         Ok(sealed::Recorded(Arg::T(self)))
     }
@@ -69,7 +69,7 @@ macro_rules! float_operand {
     ($($t:ty),*) => {$(
         impl sealed::ToArg for $t {
             #[inline(always)]
-            fn to_arg<'a>(&'a self, lhs: &Tensor, op: &'static str, loc: &'static Location) -> Result<sealed::Recorded<'a>> {
+            fn to_arg<'a>(&'a self, lhs: &Tensor, op: &'static str, loc: Origin) -> Result<sealed::Recorded<'a>> {
                 lhs.scalar_operand(op, literal_for(*self as f64, lhs.dtype()), loc).map(sealed::Recorded)
             }
         }
@@ -81,7 +81,7 @@ macro_rules! int_operand {
     ($($t:ty),*) => {$(
         impl sealed::ToArg for $t {
             #[inline(always)]
-            fn to_arg<'a>(&'a self, lhs: &Tensor, op: &'static str, loc: &'static Location) -> Result<sealed::Recorded<'a>> {
+            fn to_arg<'a>(&'a self, lhs: &Tensor, op: &'static str, loc: Origin) -> Result<sealed::Recorded<'a>> {
                 lhs.scalar_operand(op, int_literal(*self as i64, lhs.dtype()), loc).map(sealed::Recorded)
             }
         }
@@ -95,7 +95,7 @@ impl sealed::ToArg for bool {
         &'a self,
         lhs: &Tensor,
         op: &'static str,
-        loc: &'static Location,
+        loc: Origin,
     ) -> Result<sealed::Recorded<'a>> {
         lhs.scalar_operand(op, int_literal(*self as i64, lhs.dtype()), loc)
             .map(sealed::Recorded)
@@ -122,7 +122,7 @@ impl Tensor {
         &self,
         op: &'static str,
         value: Literal,
-        loc: &'static Location<'static>,
+        loc: Origin,
     ) -> Result<Arg<'static>> {
         match lazyfuse_ir::check_literal(value, self.dtype()) {
             Ok(()) => Ok(Arg::Scalar(value, self.dtype())),
@@ -138,7 +138,7 @@ impl Tensor {
         op: &'static str,
         e: lazyfuse_ir::InferError,
         v: Literal,
-        loc: &'static Location<'static>,
+        loc: Origin,
     ) -> Error {
         Error::op(op, e, format!("{}, {}", self.describe(), v.as_f64()), loc)
     }

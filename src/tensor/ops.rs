@@ -5,10 +5,10 @@
 use super::operand::{Dims, Operand};
 use super::{Arg, Tensor};
 use crate::{Error, Result};
+use lazyfuse_ir::Origin;
 use lazyfuse_ir::{
     normalize_axis, Axes, BinaryOp, CmpOp, DType, InferError, Op, ReduceOp, Shape, UnaryOp,
 };
-use std::panic::Location;
 
 macro_rules! unary_methods {
     ($($(#[$doc:meta])* $name:ident => $op:ident),* $(,)?) => {
@@ -17,7 +17,7 @@ macro_rules! unary_methods {
                 $(#[$doc])*
                 #[track_caller]
                 pub fn $name(&self) -> Result<Tensor> {
-                    Tensor::apply(Op::Unary(UnaryOp::$op), &[self], Location::caller())
+                    Tensor::apply(Op::Unary(UnaryOp::$op), &[self], crate::site::caller())
                 }
             )*
         }
@@ -66,7 +66,7 @@ macro_rules! binary_methods {
                 #[track_caller]
                 #[inline]
                 pub fn $name(&self, rhs: impl Operand) -> Result<Tensor> {
-                    let loc = Location::caller();
+                    let loc = crate::site::caller();
                     let rhs = rhs.to_arg(self, stringify!($name), loc)?.0;
                     Tensor::apply_args($op, &[Arg::T(self), rhs], loc)
                 }
@@ -115,7 +115,7 @@ macro_rules! reduce_methods {
                 /// reduces nothing. `keepdim` keeps reduced axes as size 1.
                 #[track_caller]
                 pub fn $name(&self, dims: impl Into<Dims>, keepdim: bool) -> Result<Tensor> {
-                    let loc = Location::caller();
+                    let loc = crate::site::caller();
                     let axes = dims
                         .into()
                         .resolve(self.rank())
@@ -144,7 +144,7 @@ impl Tensor {
         op: &'static str,
         axis: isize,
         rank: usize,
-        loc: &'static Location<'static>,
+        loc: Origin,
     ) -> Result<usize> {
         normalize_axis(axis, rank).map_err(|e| Error::op(op, e, self.describe(), loc))
     }
@@ -153,19 +153,23 @@ impl Tensor {
     /// `self` is the bool condition.
     #[track_caller]
     pub fn where_cond(&self, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
-        Tensor::apply(Op::Select, &[self, on_true, on_false], Location::caller())
+        Tensor::apply(
+            Op::Select,
+            &[self, on_true, on_false],
+            crate::site::caller(),
+        )
     }
 
     /// Converts the element type (float to int truncates toward zero, saturating; NaN to 0).
     #[track_caller]
     pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
-        Tensor::apply(Op::Convert(dtype), &[self], Location::caller())
+        Tensor::apply(Op::Convert(dtype), &[self], crate::site::caller())
     }
 
     /// Index (i64) of the first maximum along `axis` (NaN counts as the maximum).
     #[track_caller]
     pub fn argmax(&self, axis: isize, keepdim: bool) -> Result<Tensor> {
-        let loc = Location::caller();
+        let loc = crate::site::caller();
         let axis = self.axis("argmax", axis, self.rank(), loc)?;
         Tensor::apply(Op::ArgMax { axis, keepdim }, &[self], loc)
     }
@@ -173,14 +177,18 @@ impl Tensor {
     /// Same elements in a new shape (row-major).
     #[track_caller]
     pub fn reshape(&self, dims: &[usize]) -> Result<Tensor> {
-        Tensor::apply(Op::Reshape(Shape::new(dims)), &[self], Location::caller())
+        Tensor::apply(
+            Op::Reshape(Shape::new(dims)),
+            &[self],
+            crate::site::caller(),
+        )
     }
 
     /// Reorders dimensions: output dim `i` is input dim `perm[i]` (negative
     /// counts from the end).
     #[track_caller]
     pub fn permute(&self, perm: &[isize]) -> Result<Tensor> {
-        let loc = Location::caller();
+        let loc = crate::site::caller();
         let perm = perm
             .iter()
             .map(|&a| self.axis("permute", a, self.rank(), loc))
@@ -195,14 +203,14 @@ impl Tensor {
         Tensor::apply(
             Op::Permute(Axes::from_slice(perm)),
             &[self],
-            Location::caller(),
+            crate::site::caller(),
         )
     }
 
     /// Swaps two dimensions (negative counts from the end).
     #[track_caller]
     pub fn transpose(&self, d0: isize, d1: isize) -> Result<Tensor> {
-        let loc = Location::caller();
+        let loc = crate::site::caller();
         let (a, b) = (
             self.axis("transpose", d0, self.rank(), loc)?,
             self.axis("transpose", d1, self.rank(), loc)?,
@@ -218,14 +226,14 @@ impl Tensor {
         Tensor::apply(
             Op::BroadcastTo(Shape::new(dims)),
             &[self],
-            Location::caller(),
+            crate::site::caller(),
         )
     }
 
     /// `len` elements from `start` along `axis`.
     #[track_caller]
     pub fn narrow(&self, axis: isize, start: usize, len: usize) -> Result<Tensor> {
-        let loc = Location::caller();
+        let loc = crate::site::caller();
         let axis = self.axis("narrow", axis, self.rank(), loc)?;
         Tensor::apply(Op::Slice { axis, start, len }, &[self], loc)
     }
@@ -233,7 +241,7 @@ impl Tensor {
     /// Concatenates `tensors` (at least one, same dtype, equal other dims) along `axis`.
     #[track_caller]
     pub fn cat(tensors: &[&Tensor], axis: isize) -> Result<Tensor> {
-        let loc = Location::caller();
+        let loc = crate::site::caller();
         let first = tensors
             .first()
             .ok_or_else(|| Error::op("cat", "needs at least one tensor", String::new(), loc))?;
@@ -244,7 +252,7 @@ impl Tensor {
     /// Removes dimension `axis`, which must have size 1.
     #[track_caller]
     pub fn squeeze(&self, axis: isize) -> Result<Tensor> {
-        let loc = Location::caller();
+        let loc = crate::site::caller();
         let a = self.axis("squeeze", axis, self.rank(), loc)?;
         if self.dims()[a] != 1 {
             let e = InferError(format!("dimension {a} has size {}, not 1", self.dims()[a]));
@@ -258,7 +266,7 @@ impl Tensor {
     /// Inserts a size-1 dimension at `axis` (in `-(rank+1)..=rank`).
     #[track_caller]
     pub fn unsqueeze(&self, axis: isize) -> Result<Tensor> {
-        let loc = Location::caller();
+        let loc = crate::site::caller();
         let a = self.axis("unsqueeze", axis, self.rank() + 1, loc)?;
         let mut d = self.dims().to_vec();
         d.insert(a, 1);
@@ -268,6 +276,6 @@ impl Tensor {
     /// Batched matrix product `[..., m, k] x [..., k, n]`, batch dims broadcast.
     #[track_caller]
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
-        Tensor::apply(Op::MatMul, &[self, rhs], Location::caller())
+        Tensor::apply(Op::MatMul, &[self, rhs], crate::site::caller())
     }
 }

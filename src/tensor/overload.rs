@@ -7,13 +7,12 @@ use super::{Arg, Tensor};
 use crate::Result;
 use lazyfuse_ir::{BinaryOp, Op, UnaryOp};
 use std::ops::{Add, Div, Mul, Neg, Sub};
-use std::panic::Location;
 
 impl Tensor {
     /// `lhs <op> self` with a host scalar on the left.
     #[track_caller]
     fn scalar_lhs(&self, op: BinaryOp, lhs: f64) -> Result<Tensor> {
-        let loc = Location::caller();
+        let loc = crate::site::caller();
         let c = self.scalar_operand(op.name(), literal_for(lhs, self.dtype()), loc)?;
         Tensor::apply_args(Op::Binary(op), &[c, Arg::T(self)], loc)
     }
@@ -61,7 +60,7 @@ impl Neg for &Tensor {
     type Output = Result<Tensor>;
     #[track_caller]
     fn neg(self) -> Result<Tensor> {
-        Tensor::apply(Op::Unary(UnaryOp::Neg), &[self], Location::caller())
+        Tensor::apply(Op::Unary(UnaryOp::Neg), &[self], crate::site::caller())
     }
 }
 
@@ -69,6 +68,6 @@ impl Neg for Tensor {
     type Output = Result<Tensor>;
     #[track_caller]
     fn neg(self) -> Result<Tensor> {
-        Tensor::apply(Op::Unary(UnaryOp::Neg), &[&self], Location::caller())
+        Tensor::apply(Op::Unary(UnaryOp::Neg), &[&self], crate::site::caller())
     }
 }

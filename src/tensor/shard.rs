@@ -8,7 +8,6 @@ use crate::metrics::FlushReason;
 use crate::spmd::{Mesh, Sharding};
 use crate::{Error, Result};
 use lazyfuse_ir::{Op, SplitAxes};
-use std::panic::Location;
 
 impl Tensor {
     /// This tensor's value split over `mesh`: dimension `d` is divided
@@ -23,7 +22,7 @@ impl Tensor {
     /// a tensor of another client than the mesh's.
     #[track_caller]
     pub fn shard(&self, mesh: &Mesh, spec: &[Option<&str>]) -> Result<Tensor> {
-        let at = Location::caller();
+        let at = crate::site::caller();
         let fail = |m: String| Error::op("shard", m, self.describe(), at);
         self.on_client_of(mesh).map_err(fail)?;
         let sharding = Sharding::new(mesh, self.shape(), spec).map_err(fail)?;
@@ -64,7 +63,7 @@ impl Tensor {
     /// constraint names `mesh`'s axes by position).
     #[track_caller]
     pub fn with_sharding_constraint(&self, mesh: &Mesh, spec: &[Option<&str>]) -> Result<Tensor> {
-        let at = Location::caller();
+        let at = crate::site::caller();
         let fail = |m: String| Error::op("with_sharding_constraint", m, self.describe(), at);
         self.on_client_of(mesh).map_err(fail)?;
         if let Some(other) = self.0.mesh().filter(|m| *m != mesh) {
@@ -103,7 +102,7 @@ impl Tensor {
         Tensor::apply(
             Op::ShardingConstraint(split.clone()),
             &[self],
-            Location::caller(),
+            crate::site::caller(),
         )
     }
 

@@ -1,15 +1,15 @@
 //! [`GraphBuilder`]: terse, panicking graph construction for tests.
 
+use crate::Origin;
 use crate::{
     Axes, BinaryOp, CmpOp, DType, Graph, InferError, Literal, Node, NodeId, Op, ReduceOp, Shape,
     UnaryOp,
 };
-use std::panic::Location;
 
 /// A [`Graph`] under construction, for tests.
 ///
 /// It exists so tests build graphs in one line per op instead of repeating
-/// `graph.push(op, inputs, Location::caller()).unwrap()` with the op's
+/// `graph.push(op, inputs, Origin::caller()).unwrap()` with the op's
 /// attribute struct spelled out. Every method is `#[track_caller]`: node
 /// origins (and the panic location of an invalid op) are the test's lines,
 /// not this file's. Invalid ops panic with the inference error; use
@@ -49,7 +49,7 @@ impl GraphBuilder {
     /// the validation itself. The node's origin is the caller's line.
     #[track_caller]
     pub fn try_push(&mut self, op: Op, inputs: &[NodeId]) -> Result<NodeId, InferError> {
-        self.graph.push(op, inputs, Location::caller())
+        self.graph.push(op, inputs, Origin::caller())
     }
 
     /// Appends `op` on `inputs`: the general case behind every shortcut, for

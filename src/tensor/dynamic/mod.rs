@@ -34,9 +34,9 @@ pub(crate) use pad::{pad_host, unpad_host};
 use super::Tensor;
 use crate::lazy::{LazyArg, Logical, TensorInner};
 use crate::{Device, Error, Result};
+use lazyfuse_ir::Origin;
 use lazyfuse_ir::{infer, DType, InferError, Literal, Op, Shape};
 use smallvec::SmallVec;
-use std::panic::Location;
 use std::sync::Arc;
 
 /// An operand of a padded op: a value or a host scalar.
@@ -154,7 +154,7 @@ impl V {
 #[derive(Clone, Copy)]
 pub(super) struct Ctx<'a> {
     pub device: &'a Device,
-    pub loc: &'static Location<'static>,
+    pub loc: Origin,
     pub name: &'static str,
 }
 
@@ -253,7 +253,7 @@ impl Tensor {
     pub fn mark_dynamic(&self, axis: isize, max: usize) -> Result<Tensor> {
         let ctx = Ctx {
             device: self.device(),
-            loc: Location::caller(),
+            loc: crate::site::caller(),
             name: "mark_dynamic",
         };
         let a = self.axis("mark_dynamic", axis, self.rank(), ctx.loc)?;

@@ -23,9 +23,9 @@ use super::slice::{cat, narrow};
 use super::{dim, Ctx, P, V};
 use crate::tensor::{Arg, Tensor};
 use crate::{Device, Result};
+use lazyfuse_ir::Origin;
 use lazyfuse_ir::{BinaryOp, DType, Literal, Op, ReduceOp, Shape};
 use smallvec::SmallVec;
-use std::panic::Location;
 
 /// An operand: a value or a host scalar.
 enum O {
@@ -41,7 +41,7 @@ pub(crate) fn apply(
     args: &[Arg<'_>],
     shape: Shape,
     site: (u32, bool),
-    loc: &'static Location<'static>,
+    loc: Origin,
 ) -> Result<Tensor> {
     let device = args
         .iter()
@@ -166,7 +166,7 @@ pub(crate) fn nullary(
     dtype: DType,
     site_mask: u32,
     device: &Device,
-    loc: &'static Location<'static>,
+    loc: Origin,
 ) -> Result<Tensor> {
     let ctx = Ctx {
         device,

@@ -12,10 +12,10 @@
 //! thread, so the decisions depend only on the program that thread ran,
 //! never on timing or on other threads.
 
+use lazyfuse_ir::Origin;
 use lazyfuse_ir::{Op, Shape};
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::panic::Location;
 
 /// The op kinds that can start a dynamic axis.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -65,16 +65,11 @@ thread_local! {
 /// slices, an initialiser's uploads) stays static, while a value that
 /// grows from step to step becomes dynamic. Off (nothing dynamic) with
 /// `LAZYFUSE_AUTO_DYNAMIC=0` or [`crate::set_auto_dynamic`]`(false)`.
-pub(crate) fn observe(
-    loc: &'static Location<'static>,
-    kind: Kind,
-    dims: &[usize],
-    start: usize,
-) -> (u32, bool) {
+pub(crate) fn observe(loc: Origin, kind: Kind, dims: &[usize], start: usize) -> (u32, bool) {
     if !crate::config::auto_dynamic() {
         return (0, false);
     }
-    let key = (loc as *const Location<'static> as usize, kind);
+    let key = (loc.id(), kind);
     let clock = crate::lazy::sync_points();
     SITES.with(|s| {
         let mut s = s.borrow_mut();
@@ -149,17 +144,12 @@ fn sole_length_axes(dims: &[usize]) -> u32 {
 /// smaller bucket (at most twice the padding of its own bucket). Warm
 /// buckets are per site and thread, like the marks, so the choice depends
 /// only on the program's own order of calls.
-pub(crate) fn capacity(
-    loc: &'static Location<'static>,
-    kind: Kind,
-    axis: usize,
-    len: usize,
-) -> usize {
+pub(crate) fn capacity(loc: Origin, kind: Kind, axis: usize, len: usize) -> usize {
     let own = super::bucket(len);
     if !crate::config::auto_dynamic() {
         return own;
     }
-    let key = (loc as *const Location<'static> as usize, kind);
+    let key = (loc.id(), kind);
     SITES.with(|s| {
         let mut s = s.borrow_mut();
         let site = s.entry(key).or_default();
@@ -191,7 +181,7 @@ fn kind_of(op: &Op) -> Option<(Kind, usize)> {
 
 /// What the site of `op` (recorded at `loc`, logical result `shape`) has
 /// learnt, for the ops that can start a dynamic axis; nothing for the rest.
-pub(crate) fn for_op(op: &Op, shape: &Shape, loc: &'static Location<'static>) -> (u32, bool) {
+pub(crate) fn for_op(op: &Op, shape: &Shape, loc: Origin) -> (u32, bool) {
     match kind_of(op) {
         Some((kind, start)) => observe(loc, kind, shape.dims(), start),
         None => (0, false),

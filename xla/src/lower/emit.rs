@@ -1,8 +1,8 @@
 //! Text emission helpers shared by the op lowerings.
 
+use lazyfuse_ir::Origin;
 use lazyfuse_ir::{CmpOp, DType, Graph, HostTensor, Literal, NodeId, Shape};
 use std::fmt::Write;
-use std::panic::Location;
 
 /// MLIR tensor type, e.g. `tensor<2x3xf32>` or `tensor<f32>`.
 pub fn ty(shape: &Shape, dtype: DType) -> String {
@@ -120,7 +120,7 @@ impl<'g> Emitter<'g> {
     }
 
     /// Sets the location attached to the ops emitted next.
-    pub fn set_loc(&mut self, op: &str, origin: &Location<'_>) {
+    pub fn set_loc(&mut self, op: &str, origin: Origin) {
         let file = origin.file().replace('\\', "/").replace('"', "'");
         self.loc = format!(
             "loc(\"{op} @ {file}:{}:{}\")",
