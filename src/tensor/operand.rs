@@ -65,42 +65,27 @@ impl sealed::ToArg for Tensor {
     }
 }
 
-macro_rules! float_operand {
-    ($($t:ty),*) => {$(
+/// Host scalars: each type's value made a literal of the tensor's dtype
+/// (`$lit`: through `f64` for floats, exact for integers and `bool`).
+macro_rules! scalar_operands {
+    ($($t:ty => |$v:ident, $d:ident| $lit:expr),* $(,)?) => {$(
         impl sealed::ToArg for $t {
             #[inline(always)]
             fn to_arg<'a>(&'a self, lhs: &Tensor, op: &'static str, loc: Origin) -> Result<sealed::Recorded<'a>> {
-                lhs.scalar_operand(op, literal_for(*self as f64, lhs.dtype()), loc).map(sealed::Recorded)
+                let ($v, $d) = (*self, lhs.dtype());
+                lhs.scalar_operand(op, $lit, loc).map(sealed::Recorded)
             }
         }
     )*};
 }
-float_operand!(f64, f32);
 
-macro_rules! int_operand {
-    ($($t:ty),*) => {$(
-        impl sealed::ToArg for $t {
-            #[inline(always)]
-            fn to_arg<'a>(&'a self, lhs: &Tensor, op: &'static str, loc: Origin) -> Result<sealed::Recorded<'a>> {
-                lhs.scalar_operand(op, int_literal(*self as i64, lhs.dtype()), loc).map(sealed::Recorded)
-            }
-        }
-    )*};
-}
-int_operand!(i64, i32);
-
-impl sealed::ToArg for bool {
-    #[inline(always)]
-    fn to_arg<'a>(
-        &'a self,
-        lhs: &Tensor,
-        op: &'static str,
-        loc: Origin,
-    ) -> Result<sealed::Recorded<'a>> {
-        lhs.scalar_operand(op, int_literal(*self as i64, lhs.dtype()), loc)
-            .map(sealed::Recorded)
-    }
-}
+scalar_operands!(
+    f64 => |v, d| literal_for(v, d),
+    f32 => |v, d| literal_for(v as f64, d),
+    i64 => |v, d| int_literal(v, d),
+    i32 => |v, d| int_literal(v as i64, d),
+    bool => |v, d| int_literal(v as i64, d),
+);
 
 /// An integer host scalar as a literal of `dtype`: exact for integer
 /// dtypes (no round trip through `f64`, which loses bits past 2^53).
