@@ -3,7 +3,7 @@
 
 use super::Tensor;
 use crate::{Device, Error, Key, Result};
-use lazyfuse_ir::{DType, Element, HostTensor, Literal, Op, Shape};
+use lazyfuse_ir::{DType, Element, HostTensor, Literal, Op, Origin, Shape};
 
 /// The literal that `value` denotes in `dtype`.
 pub(crate) fn literal_for(value: f64, dtype: DType) -> Literal {
@@ -50,7 +50,14 @@ impl Tensor {
                 loc,
             ));
         }
-        let host = HostTensor::from_slice(data, shape);
+        Tensor::upload_at(HostTensor::from_slice(data, shape), device, loc)
+    }
+
+    /// Uploads `host` as recorded at `loc`, an upload site like any other:
+    /// a length that changes there from step to step is uploaded padded to
+    /// its bucket's capacity, so what the program does with it compiles
+    /// once per bucket.
+    fn upload_at(host: HostTensor, device: &Device, loc: Origin) -> Result<Tensor> {
         let (mask, _) = super::dynamic::sites::observe(
             loc,
             super::dynamic::sites::Kind::Upload,
@@ -60,8 +67,6 @@ impl Tensor {
         if mask == 0 {
             return Tensor::from_host(&host, device);
         }
-        // A length that changed at this upload site: upload padded to the
-        // capacity, so what the program does with it compiles once per bucket.
         let caps: Vec<(usize, usize)> = (0..host.shape.rank())
             .filter(|a| mask & (1 << a) != 0)
             .map(|a| {
@@ -198,16 +203,23 @@ impl Tensor {
     /// `u64` seed, or `device.next_key()`), generated on the host with 53
     /// random bits each: for initialisation. [`Tensor::rand_uniform`] draws
     /// on the device instead, fused with its consumers.
+    #[track_caller]
     pub fn rand(dims: &[usize], key: impl Into<Key>, device: &Device) -> Result<Tensor> {
+        let loc = crate::site::caller();
         let seed = key.into().bits();
         let n = dims.iter().product::<usize>();
         let v: Vec<f32> = (0..n as u64).map(|i| uniform(seed, i) as f32).collect();
-        Tensor::from_host(&HostTensor::from_slice(&v, Shape::new(dims)), device)
+        // An upload site of its own: a size that varies from step to step
+        // (noise per batch) buckets like any upload; the logical values do
+        // not depend on the capacity.
+        Tensor::upload_at(HostTensor::from_slice(&v, Shape::new(dims)), device, loc)
     }
 
     /// Standard normal f32 values from `key` (Box-Muller on the host, as
     /// [`Tensor::rand`]).
+    #[track_caller]
     pub fn randn(dims: &[usize], key: impl Into<Key>, device: &Device) -> Result<Tensor> {
+        let loc = crate::site::caller();
         let seed = key.into().bits();
         let n = dims.iter().product::<usize>();
         let v: Vec<f32> = (0..n as u64)
@@ -217,6 +229,9 @@ impl Tensor {
                 ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
             })
             .collect();
-        Tensor::from_host(&HostTensor::from_slice(&v, Shape::new(dims)), device)
+        // An upload site of its own: a size that varies from step to step
+        // (noise per batch) buckets like any upload; the logical values do
+        // not depend on the capacity.
+        Tensor::upload_at(HostTensor::from_slice(&v, Shape::new(dims)), device, loc)
     }
 }
