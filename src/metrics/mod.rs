@@ -88,7 +88,10 @@ macro_rules! counters {
         }
 
         impl Snapshot {
-            fn lines(&self) -> Vec<(String, u64)> {
+            /// Every counter as a `(name, value)` pair, derived totals and
+            /// per-reason and per-cause splits included: what bindings and
+            /// reports list.
+            pub fn entries(&self) -> Vec<(String, u64)> {
                 let mut v = vec![$((stringify!($name).to_string(), self.$name),)*];
                 v.push(("flushes".to_string(), self.flushes()));
                 for r in FlushReason::ALL {

@@ -174,7 +174,7 @@ fn bytes(b: u64) -> String {
 pub fn report_full() -> String {
     let mut s = String::new();
     let snap = snapshot();
-    for (k, v) in snap.lines() {
+    for (k, v) in snap.entries() {
         let _ = writeln!(s, "{k}: {v}");
     }
     let _ = writeln!(s, "cache_hit_rate: {:.4}", snap.cache_hit_rate());

@@ -1,0 +1,162 @@
+"""The wrapper tensor and the conversions every other module uses.
+
+A ``LazyTensor`` is a ``torch.Tensor`` wrapper subclass on the ``lazyfuse``
+device holding a handle (``_t``) to a tensor of the Rust runtime. The Rust
+tensor is an immutable value; an in-place op swaps the handle. PyTorch's
+own autograd never sees a ``LazyTensor`` (its torch-level ``requires_grad``
+stays False): gradients are the runtime's, recorded with the forward ops.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+from . import _C
+
+DEVICE_NAME = "lazyfuse"
+# The device string: PyTorch's out-of-tree device slot, renamed.
+if torch._C._get_privateuse1_backend_name() == "privateuseone":
+    torch.utils.rename_privateuse1_backend(DEVICE_NAME)
+# ``x.device`` answers ``lazyfuse:0`` (the function mode intercepts the
+# property), but to PyTorch's C++ a ``LazyTensor`` is a meta tensor: a
+# device C++ knows, with no storage, so device guards and checks pass on
+# the way to ``__torch_dispatch__`` without a C++ extension.
+
+TORCH_TO_NAME = {
+    torch.float32: "float32",
+    torch.float64: "float64",
+    torch.bfloat16: "bfloat16",
+    torch.float16: "float16",
+    torch.int32: "int32",
+    torch.int64: "int64",
+    torch.uint8: "uint8",
+    torch.bool: "bool",
+}
+NAME_TO_TORCH = {v: k for k, v in TORCH_TO_NAME.items()}
+FLOATS = {"float32", "float64", "bfloat16", "float16"}
+INTS = {"int32", "int64", "uint8"}
+
+
+class LazyfuseError(_C.LazyfuseError):
+    """Raised for what lazyfuse cannot do (an op it has no lowering for, a
+    mix of devices, an unsupported dtype); the message names the user's line."""
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    try:
+        return TORCH_TO_NAME[dtype]
+    except KeyError:
+        raise LazyfuseError(
+            f"lazyfuse has no dtype {dtype} (it has {', '.join(TORCH_TO_NAME.values())})"
+            f" at {where()}"
+        ) from None
+
+
+_make = torch.Tensor._make_wrapper_subclass
+
+
+class LazyTensor(torch.Tensor):
+    """A tensor on the ``lazyfuse`` device: ops on it are recorded, fused and
+    compiled by the runtime; reading it (``.item()``, ``.cpu()``, ``print``)
+    is a sync point."""
+
+    __slots__ = ("_t",)
+    # Functions are intercepted by the device's TorchFunctionMode; the
+    # subclass itself adds no per-call hook.
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from ._dispatch import dispatch
+
+        return dispatch(func, args, kwargs or {})
+
+
+def wrap(h) -> LazyTensor:
+    """A ``LazyTensor`` around runtime handle ``h``."""
+    r = _make(LazyTensor, h.shape, dtype=NAME_TO_TORCH[h.dtype], device="meta")
+    r._t = h
+    return r
+
+
+def upload(x: torch.Tensor):
+    """A runtime handle holding a copy of CPU tensor ``x``."""
+    if x.device.type != "cpu":
+        x = x.cpu()
+    x = x.detach()
+    if x.is_conj() or x.is_neg():
+        x = x.resolve_conj().resolve_neg()
+    x = x.contiguous()
+    return _C.from_buffer(
+        x.data_ptr(), x.numel() * x.element_size(), tuple(x.shape), dtype_name(x.dtype)
+    )
+
+
+def download(h) -> torch.Tensor:
+    """A CPU tensor with the values of handle ``h`` (a sync point)."""
+    dt = NAME_TO_TORCH[h.dtype]
+    shape = h.shape
+    data = bytearray(_C.to_bytes(h))
+    if len(data) == 0:
+        return torch.empty(shape, dtype=dt)
+    return torch.frombuffer(data, dtype=dt).reshape(shape)
+
+
+# --- the user's line ------------------------------------------------------
+
+_PKG = os.path.dirname(os.path.abspath(__file__))
+_TORCH = os.path.dirname(os.path.abspath(torch.__file__))
+_SKIP = (_PKG, _TORCH, "<frozen", "<string>")
+_SKIP_CODE: dict = {}
+_SITES: dict = {}
+
+
+def _user_frame():
+    f = sys._getframe(2)
+    skip = _SKIP_CODE
+    while f is not None:
+        code = f.f_code
+        s = skip.get(code)
+        if s is None:
+            s = skip[code] = code.co_filename.startswith(_SKIP)
+        if not s:
+            return f
+        f = f.f_back
+    return None
+
+
+def set_site(op: str) -> None:
+    """Declares the user's Python line as the site of the ops recorded for
+    PyTorch op ``op``: errors, output selection and dynamic-shape buckets
+    key on it."""
+    f = _user_frame()
+    if f is None:
+        _C.set_site(None)
+        return
+    key = (f.f_code, f.f_lineno, op)
+    s = _SITES.get(key)
+    if s is None:
+        s = _SITES[key] = _C.Site(f.f_code.co_filename, f.f_lineno, op)
+    _C.set_site(s)
+
+
+def where() -> str:
+    f = _user_frame()
+    return "<unknown>" if f is None else f"{f.f_code.co_filename}:{f.f_lineno}"
+
+
+# --- grad mode --------------------------------------------------------------
+
+_grad = [True]
+
+
+def sync_grad_mode() -> None:
+    """Mirrors ``torch.is_grad_enabled()`` into the runtime (cheap when it
+    has not changed)."""
+    g = torch.is_grad_enabled()
+    if g is not _grad[0]:
+        _grad[0] = g
+        _C.set_grad_enabled(g)

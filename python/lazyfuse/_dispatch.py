@@ -1,0 +1,195 @@
+"""ATen ops on ``LazyTensor``s (``__torch_dispatch__``): unwrap to runtime
+handles, run the op's lowering, wrap the results. In-place ops compute the
+out-of-place value and swap the tensor's handle. An op with no lowering
+runs on the CPU (a graph break, with a warning naming it), unless its
+inputs need gradients, which the CPU cannot carry: then it is an error."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from . import _C
+from ._core import (
+    LazyTensor,
+    download,
+    dtype_name,
+    set_site,
+    sync_grad_mode,
+    upload,
+    where,
+    wrap,
+)
+from ._lower import H, cast, lookup
+from ._lower import factory, shape
+
+LazyfuseError = _C.LazyfuseError
+
+
+class LazyfuseFallbackWarning(UserWarning):
+    """An op lazyfuse has no lowering for ran on the CPU (a graph break)."""
+
+
+_warned: set = set()
+
+
+def unwrap(x):
+    """Runtime handles for ``LazyTensor``s (also inside lists); CPU 0-dim
+    tensors are uploaded, as PyTorch lets CPU scalars mix with any device."""
+    t = type(x)
+    if t is LazyTensor:
+        return x._t
+    if t is list or t is tuple:
+        return t(unwrap(v) for v in x)
+    if isinstance(x, torch.Tensor):
+        if isinstance(x, LazyTensor):
+            return x._t
+        if x.dim() == 0 and x.device.type == "cpu":
+            return upload(x)
+        raise LazyfuseError(
+            f"expected all tensors on the lazyfuse device, but got one on {x.device}"
+            f" ({tuple(x.shape)}); move it with .to('lazyfuse') (at {where()})"
+        )
+    return x
+
+
+def wrap_out(r):
+    t = type(r)
+    if t is H:
+        return wrap(r)
+    if t is tuple or t is list:
+        return t(wrap_out(v) for v in r)
+    return r
+
+
+_INPLACE_BASE = {
+    "fill_": lambda x, v: (
+        cast(v, x.dtype).expand(list(x.shape)) if type(v) is H and x.shape else
+        cast(v, x.dtype) if type(v) is H else _C.full(float(v), x.shape, x.dtype)
+    ),
+    "zero_": lambda x: _C.full(0.0, x.shape, x.dtype),
+    "copy_": lambda x, src, non_blocking=False: shape.expand(cast(src, x.dtype), x.shape),
+    "normal_": lambda x, mean=0.0, std=1.0, generator=None: factory.normal(x.shape, x.dtype, mean, std),
+    "uniform_": lambda x, a=0.0, b=1.0, generator=None: factory.uniform(x.shape, x.dtype, a, b),
+    "bernoulli_": lambda x, p=0.5, generator=None: factory.bernoulli_p(x, p),
+}
+
+
+def _special(name, func, args, kwargs):
+    """Ops that read values or cross devices; None when not one of them."""
+    if name == "_local_scalar_dense":
+        return args[0]._t.item()
+    if name == "_to_copy":
+        x = args[0]
+        dev = kwargs.get("device")
+        dt = kwargs.get("dtype")
+        if dev is not None and torch.device(dev).type != "lazyfuse":
+            cpu = download(x._t)
+            return cpu if dt is None else cpu.to(dt)
+        if dt is None:
+            return wrap(x._t.unary("detach"))
+        return wrap(cast(x._t, dtype_name(dt)))
+    if name == "equal":
+        a, b = args
+        if tuple(a.shape) != tuple(b.shape):
+            return False
+        return bool(a._t.binary("eq", unwrap(b)).reduce("min", None, False).item())
+    if name == "copy_":
+        dst, src = args[0], args[1]
+        if type(dst) is not LazyTensor:  # device to host
+            return dst.copy_(download(src._t))
+        if type(src) is not LazyTensor and isinstance(src, torch.Tensor):  # host to device
+            return _inplace(func, name, (dst, wrap(upload(src))) + tuple(args[2:]), kwargs)
+        return None
+    if name == "is_same_size":
+        return tuple(args[0].shape) == tuple(args[1].shape)
+    return None
+
+
+def dispatch(func, args, kwargs):
+    name = func._opname
+    set_site(f"aten::{name}")
+    sync_grad_mode()
+    r = _special(name, func, args, kwargs)
+    if r is not None:
+        return r
+    if func._schema.is_mutable and name.endswith("_") and args and type(args[0]) is LazyTensor:
+        return _inplace(func, name, args, kwargs)
+    if "out" in kwargs:
+        return _fallback(func, args, kwargs)
+    low = lookup(func)
+    if low is not None:
+        r = low(*unwrap(args), **{k: unwrap(v) for k, v in kwargs.items()})
+        if r is not None:
+            return wrap_out(r)
+    return _fallback(func, args, kwargs)
+
+
+def _inplace(func, name, args, kwargs):
+    self = args[0]
+    base = _INPLACE_BASE.get(name)
+    uargs = unwrap(args)
+    ukw = {k: unwrap(v) for k, v in kwargs.items()}
+    if base is None:
+        op = getattr(torch.ops.aten, name[:-1], None)
+        overload = getattr(op, func._overloadname, None) if op is not None else None
+        low = lookup(overload) if overload is not None else None
+        new = low(*uargs, **ukw) if low is not None else None
+    else:
+        new = base(*uargs, **ukw)
+    if new is None:
+        return _fallback(func, args, kwargs)
+    old = self._t
+    if tuple(new.shape) != tuple(old.shape):
+        new = shape.expand(new, old.shape)
+    new = cast(new, old.dtype)
+    if old.requires_grad and old.is_leaf and torch.is_grad_enabled():
+        raise LazyfuseError(
+            f"a leaf tensor that requires grad is used in an in-place {name} (at {where()});"
+            " wrap the update in torch.no_grad()"
+        )
+    self._t = old.carry_leaf(new)
+    return self
+
+
+def _fallback(func, args, kwargs):
+    """Runs ``func`` on CPU copies of its lazyfuse inputs, then moves the
+    results back: a graph break, never a wrong answer."""
+    name = str(func)
+    flat, _ = torch.utils._pytree.tree_flatten((args, kwargs))
+    if torch.is_grad_enabled() and any(
+        type(x) is LazyTensor and x._t.requires_grad for x in flat
+    ):
+        raise LazyfuseError(
+            f"{name} has no lazyfuse lowering and its inputs require grad, so it cannot run on"
+            f" the CPU instead (at {where()}); see the README's list of unsupported ops"
+        )
+    if name not in _warned:
+        _warned.add(name)
+        warnings.warn(
+            f"lazyfuse: {name} has no lowering; it runs on the CPU (a graph break) at {where()}",
+            LazyfuseFallbackWarning,
+            stacklevel=3,
+        )
+
+    def to_cpu(x):
+        if type(x) is LazyTensor:
+            return download(x._t)
+        if isinstance(x, torch.device) and x.type == "lazyfuse":
+            return torch.device("cpu")
+        return x
+
+    cargs, ckw = torch.utils._pytree.tree_map(to_cpu, (args, kwargs))
+    if "device" in ckw and ckw["device"] is not None and "lazyfuse" in str(ckw["device"]):
+        ckw["device"] = "cpu"
+    out = func(*cargs, **ckw)
+    if func._schema.is_mutable and args and isinstance(args[0], torch.Tensor):
+        if type(args[0]) is LazyTensor:
+            args[0]._t = upload(cargs[0])
+        return args[0]
+
+    def back(x):
+        return wrap(upload(x)) if isinstance(x, torch.Tensor) else x
+
+    return torch.utils._pytree.tree_map(back, out)

@@ -1,0 +1,293 @@
+"""Views, reshapes, slicing, joining and indexing. The runtime's tensors are
+values, so a view is a copy that fusion makes free; writes through a view
+are not propagated to its base (the device says so when one happens)."""
+
+from __future__ import annotations
+
+from . import H, cast, dim, lowering, promote
+from .. import _C
+
+
+def _infer(shape, numel):
+    shape = [int(s) for s in shape]
+    if -1 in shape:
+        known = 1
+        for s in shape:
+            if s != -1:
+                known *= s
+        shape[shape.index(-1)] = numel // known if known else 0
+    return shape
+
+
+def numel(x):
+    n = 1
+    for s in x.shape:
+        n *= s
+    return n
+
+
+@lowering("view", "reshape", "_unsafe_view", "view_copy", "_reshape_alias")
+def reshape(x, shape, *_):
+    shape = _infer(shape, numel(x))
+    if list(x.shape) == shape:
+        return x
+    return x.reshape(shape)
+
+
+@lowering("flatten")
+def flatten(x, start_dim=0, end_dim=-1):
+    r = len(x.shape)
+    if r == 0:
+        return x.reshape([1])
+    s, e = dim(start_dim, r), dim(end_dim, r)
+    mid = 1
+    for v in x.shape[s : e + 1]:
+        mid *= v
+    return reshape(x, list(x.shape[:s]) + [mid] + list(x.shape[e + 1 :]))
+
+
+@lowering("unflatten")
+def unflatten(x, d, sizes):
+    d = dim(d, len(x.shape))
+    sizes = _infer(sizes, x.shape[d])
+    return reshape(x, list(x.shape[:d]) + sizes + list(x.shape[d + 1 :]))
+
+
+@lowering("permute", "permute_copy")
+def permute(x, dims):
+    dims = [int(d) for d in dims]
+    if dims == list(range(len(x.shape))):
+        return x
+    return x.permute(dims)
+
+
+@lowering("transpose", "transpose_copy")
+def transpose(x, a, b):
+    r = len(x.shape)
+    if r < 2 or dim(a, r) == dim(b, r):
+        return x
+    return x.transpose(a, b)
+
+
+@lowering("t", "numpy_T")
+def t(x):
+    return x if len(x.shape) < 2 else x.transpose(0, 1)
+
+
+@lowering("expand", "expand_copy", "broadcast_to")
+def expand(x, size, implicit=False):
+    size = [int(s) for s in size]
+    lead = len(size) - len(x.shape)
+    out = [x.shape[i - lead] if s == -1 else s for i, s in enumerate(size)]
+    if out == list(x.shape):
+        return x
+    return x.expand(out)
+
+
+@lowering("expand_as")
+def expand_as(x, other):
+    return expand(x, other.shape)
+
+
+@lowering("squeeze", "squeeze_copy")
+def squeeze(x, d=None):
+    r = len(x.shape)
+    if d is None:
+        axes = [i for i, s in enumerate(x.shape) if s == 1]
+    else:
+        axes = [dim(a, max(r, 1)) for a in ([d] if isinstance(d, int) else d)]
+        axes = [a for a in axes if a < r and x.shape[a] == 1]
+    if not axes:
+        return x
+    return reshape(x, [s for i, s in enumerate(x.shape) if i not in axes])
+
+
+@lowering("unsqueeze", "unsqueeze_copy")
+def unsqueeze(x, d):
+    return x.unsqueeze(d)
+
+
+@lowering("slice", "slice_copy")
+def slice_(x, d=0, start=None, end=None, step=1):
+    r = len(x.shape)
+    d = dim(d, r)
+    n = x.shape[d]
+    s, e, st = slice(start, end, step).indices(n)
+    length = max(0, (e - s + st - 1) // st)
+    if st == 1:
+        if s == 0 and length == n:
+            return x
+        return x.narrow(d, s, length)
+    idx = _C.arange(float(s), float(s + st * length), float(st), "int64")
+    return x.index_select(d, idx)
+
+
+@lowering("select", "select_copy")
+def select(x, d, index):
+    r = len(x.shape)
+    d = dim(d, r)
+    i = index + x.shape[d] if index < 0 else index
+    return x.narrow(d, i, 1).squeeze(d)
+
+
+@lowering("narrow", "narrow_copy")
+def narrow(x, d, start, length):
+    if type(start) is H:
+        return None
+    d = dim(d, len(x.shape))
+    start = start + x.shape[d] if start < 0 else start
+    return x.narrow(d, start, length)
+
+
+@lowering("cat", "concat", "concatenate")
+def cat(tensors, d=0):
+    ts = [t for t in tensors if not (len(t.shape) == 1 and t.shape[0] == 0)] or list(tensors[:1])
+    dt = promote(*ts)
+    ts = [cast(t, dt) for t in ts]
+    if len(ts) == 1:
+        return ts[0]
+    return _C.cat(ts, d)
+
+
+@lowering("stack")
+def stack(tensors, d=0):
+    r = len(tensors[0].shape) + 1
+    d = dim(d, r)
+    return cat([t.unsqueeze(d) for t in tensors], d)
+
+
+@lowering("split", "split_with_sizes", "split_copy", "split_with_sizes_copy")
+def split(x, sizes, d=0):
+    d = dim(d, len(x.shape))
+    n = x.shape[d]
+    if isinstance(sizes, int):
+        sizes = [min(sizes, n - i) for i in range(0, n, sizes)] if sizes else [n]
+    out, at = [], 0
+    for s in sizes:
+        out.append(x.narrow(d, at, s))
+        at += s
+    return out
+
+
+@lowering("chunk")
+def chunk(x, chunks, d=0):
+    n = x.shape[dim(d, len(x.shape))]
+    size = -(-n // chunks)
+    return split(x, size, d)
+
+
+@lowering("unbind", "unbind_copy")
+def unbind(x, d=0):
+    d = dim(d, len(x.shape))
+    return [x.narrow(d, i, 1).squeeze(d) for i in range(x.shape[d])]
+
+
+@lowering("clone", "contiguous", "alias", "alias_copy", "lift_fresh", "lift_fresh_copy",
+          "_to_dense", "positive", "resolve_conj", "resolve_neg")
+def identity(x, *_, **__):
+    return x
+
+
+@lowering("detach", "detach_copy")
+def detach(x):
+    return x.unary("detach")
+
+
+@lowering("index_select")
+def index_select(x, d, idx):
+    return x.index_select(d, idx.reshape([numel(idx)]) if len(idx.shape) != 1 else idx)
+
+
+@lowering("gather")
+def gather(x, d, idx, sparse_grad=False):
+    return x.gather(d, idx)
+
+
+@lowering("embedding")
+def embedding(weight, idx, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    flat = idx.reshape([numel(idx)])
+    return weight.index_select(0, flat).reshape(list(idx.shape) + [weight.shape[1]])
+
+
+@lowering("index.Tensor", "_unsafe_index.Tensor")
+def index(x, indices):
+    """``x[..., idx, ...]`` with integer index tensors on consecutive dims
+    (broadcast together), as PyTorch's advanced indexing; a boolean mask
+    has a data-dependent shape, so it is a graph break."""
+    pos = [i for i, t in enumerate(indices) if t is not None]
+    if not pos or any(indices[i].dtype == "bool" for i in pos):
+        return None
+    if pos != list(range(pos[0], pos[-1] + 1)):
+        return None
+    idx = [indices[i] for i in pos]
+    bshape = _broadcast([list(t.shape) for t in idx])
+    idx = [expand(cast(t, "int64"), bshape) for t in idx]
+    p0, k = pos[0], len(pos)
+    dims = list(x.shape)
+    # Flatten the indexed dims into one, then one index_select.
+    flat_idx = None
+    for j, t in enumerate(idx):
+        size = dims[p0 + j]
+        t = t.binary("lt", 0).where_(t.binary("add", size), t)
+        flat_idx = t if flat_idx is None else flat_idx.binary("mul", size).binary("add", t)
+    merged = 1
+    for s in dims[p0 : p0 + k]:
+        merged *= s
+    xm = reshape(x, dims[:p0] + [merged] + dims[p0 + k :])
+    n = numel(flat_idx) if bshape else 1
+    out = xm.index_select(p0, flat_idx.reshape([n]))
+    return reshape(out, dims[:p0] + bshape + dims[p0 + k :])
+
+
+def _broadcast(shapes):
+    r = max(len(s) for s in shapes)
+    out = [1] * r
+    for s in shapes:
+        for i, v in enumerate(s):
+            j = r - len(s) + i
+            if v != 1:
+                out[j] = v
+    return out
+
+
+@lowering("tril")
+def tril(x, diagonal=0):
+    return _tri(x, diagonal, "le")
+
+
+@lowering("triu")
+def triu(x, diagonal=0):
+    return _tri(x, diagonal, "ge")
+
+
+def _tri(x, diagonal, cmp):
+    r, c = x.shape[-2], x.shape[-1]
+    rows = _C.arange(0.0, float(r), 1.0, "int64").unsqueeze(1)
+    cols = _C.arange(0.0, float(c), 1.0, "int64").unsqueeze(0)
+    keep = cols.binary("sub", rows).binary(cmp, diagonal)
+    zero = _C.full(0.0, (), x.dtype)
+    return keep.where_(x, zero)
+
+
+@lowering("repeat")
+def repeat(x, repeats):
+    repeats = [int(v) for v in repeats]
+    lead = len(repeats) - len(x.shape)
+    shape = [1] * lead + list(x.shape)
+    y = reshape(x, shape)
+    inter, final = [], []
+    for s, rep in zip(shape, repeats):
+        inter += [rep, s]
+        final.append(s * rep)
+    y = reshape(y, [v for s in shape for v in (1, s)])
+    return reshape(y.expand(inter), final)
+
+
+@lowering("flip")
+def flip(x, dims):
+    for d in dims:
+        d = dim(d, len(x.shape))
+        n = x.shape[d]
+        idx = _C.arange(float(n - 1), -1.0, -1.0, "int64")
+        x = x.index_select(d, idx)
+    return x

@@ -1,0 +1,222 @@
+"""The device's ``TorchFunctionMode``: what must be seen before ATen.
+
+Creating tensors on ``device="lazyfuse"``, moving them (``.to``, ``.cpu``),
+reading them (``.item()``, ``print``, ``.numpy()``) and autograd
+(``backward``, ``.grad``, ``requires_grad``) are intercepted at the
+function level: the runtime's autograd records gradients with the forward
+ops, so PyTorch's autograd engine never runs on lazyfuse tensors. Hot
+functions go straight to their lowering (about a microsecond of Python per
+op); everything else continues to ATen and ``__torch_dispatch__``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from . import _C
+from ._core import LazyTensor, download, dtype_name, set_site, sync_grad_mode, upload, where, wrap
+from ._dispatch import unwrap, wrap_out
+from ._lower import TABLE, cast, elementwise as ew, factory, nn, reduce, shape
+
+LazyfuseError = _C.LazyfuseError
+T = torch.Tensor
+
+
+def is_ours(device) -> bool:
+    if device is None:
+        return False
+    if isinstance(device, torch.device):
+        return device.type == "lazyfuse"
+    return isinstance(device, str) and device.startswith("lazyfuse")
+
+
+# --- reading and moving -------------------------------------------------------
+
+
+def _repr(x, *_, **__):
+    s = repr(download(x._t))
+    return s[:-1] + ", device='lazyfuse:0')" if s.endswith(")") else s
+
+
+def _to(x, *args, **kwargs):
+    dev, dt, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+    if type(x) is not LazyTensor:
+        if not is_ours(dev):
+            return None
+        if dt is not None:
+            x = x.to(dt)
+        return wrap(upload(x))
+    if dev is not None and not is_ours(dev):
+        cpu = download(x._t)
+        return cpu if dt is None else cpu.to(dt)
+    if dt is None or dtype_name(dt) == x._t.dtype:
+        return x
+    return wrap(cast(x._t, dtype_name(dt)))
+
+
+def _backward(x, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+    if create_graph or inputs is not None:
+        raise LazyfuseError(
+            f"backward(create_graph=..., inputs=...) is not supported on lazyfuse (at {where()})"
+        )
+    if gradient is not None:
+        g = unwrap(gradient)
+        x = wrap(x._t.binary("mul", g).reduce("sum", None, False))
+    x._t.backward(bool(retain_graph))
+
+
+def _grad_get(x):
+    g = x._t.grad()
+    return None if g is None else wrap(g)
+
+
+def _grad_set(x, g):
+    x._t.set_grad(None if g is None else unwrap(g))
+
+
+def _requires_grad_(x, on=True):
+    x._t.set_requires_grad(bool(on))
+    return x
+
+
+def _data_set(x, v):
+    x._t = unwrap(v)
+
+
+_DEVICE = torch.device("lazyfuse", 0)
+
+SPECIAL = {
+    T.__repr__: _repr,
+    T.__str__: _repr,
+    T.__format__: lambda x, spec="": _repr(x) if not spec else format(x.item(), spec),
+    T.to: _to,
+    T.cpu: lambda x, *a, **k: download(x._t),
+    T.numpy: lambda x, *a, **k: download(x._t).numpy(),
+    T.tolist: lambda x: download(x._t).tolist(),
+    T.item: lambda x: x._t.item(),
+    T.backward: _backward,
+    T.grad.__get__: _grad_get,
+    T.grad.__set__: _grad_set,
+    T.requires_grad.__get__: lambda x: x._t.requires_grad,
+    T.requires_grad.__set__: lambda x, on: _requires_grad_(x, on) and None,
+    T.requires_grad_: _requires_grad_,
+    T.is_leaf.__get__: lambda x: x._t.is_leaf,
+    T.grad_fn.__get__: lambda x: None,
+    T.data.__get__: lambda x: wrap(x._t.unary("detach")),
+    T.data.__set__: _data_set,
+    T.detach: lambda x: wrap(x._t.unary("detach")),
+    T.retain_grad: lambda x: None,
+    T.device.__get__: lambda x: _DEVICE,
+    T.is_cpu.__get__: lambda x: False,
+    T.is_meta.__get__: lambda x: False,
+    T.get_device: lambda x: 0,
+}
+
+# Functions whose lowering takes the function's own arguments: recorded
+# here, without the trip through ATen.
+FAST = {}
+
+
+def _fast(funcs, low):
+    for f in funcs:
+        FAST[f] = low
+
+
+_fast([T.add, T.__add__, torch.add, T.__radd__], ew.add)
+_fast([T.sub, T.__sub__, torch.sub], ew.sub)
+_fast([T.__rsub__], lambda a, b: ew.binary("sub", b, a))
+_fast([T.mul, T.__mul__, torch.mul, T.__rmul__], ew.mul)
+_fast([T.div, T.__truediv__, torch.div], ew.div)
+_fast([T.__rtruediv__], lambda a, b: ew.div(b, a))
+_fast([T.__neg__, T.neg, torch.neg], lambda x: x.unary("neg"))
+_fast([T.__matmul__, T.matmul, torch.matmul], nn.matmul)
+_fast([T.pow, T.__pow__, torch.pow], ew.pow_)
+for _n in ["exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "sin", "cos", "abs"]:
+    _fast([getattr(T, _n), getattr(torch, _n)], TABLE[_n])
+_fast([torch.relu, T.relu, F.relu], lambda x, inplace=False: x.unary("relu"))
+_fast([F.gelu], ew.gelu)
+_fast([F.silu], lambda x, inplace=False: ew.silu(x))
+_fast([F.linear], lambda input, weight, bias=None: nn.linear(input, weight, bias))
+_fast([F.scaled_dot_product_attention], nn.sdpa)
+_fast([F.softmax, T.softmax, torch.softmax],
+      lambda x, dim=None, _stacklevel=3, dtype=None: reduce.softmax(x, dim, dtype=dtype))
+_fast([F.layer_norm], lambda input, normalized_shape, weight=None, bias=None, eps=1e-5:
+      nn.layer_norm(input, normalized_shape, weight, bias, eps))
+_fast([F.dropout], lambda x, p=0.5, training=True, inplace=False: nn.dropout(x, p, training))
+_fast([T.view, T.reshape, torch.reshape],
+      lambda x, *s: shape.reshape(x, s[0] if len(s) == 1 and not isinstance(s[0], int) else s))
+_fast([T.transpose, torch.transpose], shape.transpose)
+_fast([T.permute, torch.permute],
+      lambda x, *d: shape.permute(x, d[0] if len(d) == 1 and not isinstance(d[0], int) else d))
+_fast([T.contiguous], lambda x, memory_format=None: x)
+_fast([T.sum, torch.sum], reduce.sum_)
+_fast([T.mean, torch.mean], reduce.mean)
+
+# Factories: with ``device="lazyfuse"`` they create on the device.
+FACTORIES = {
+    torch.zeros: factory.zeros,
+    torch.ones: factory.ones,
+    torch.empty: factory.zeros,
+    torch.full: factory.full,
+    torch.rand: factory.rand,
+    torch.randn: factory.randn,
+    torch.arange: factory.arange,
+    torch.randint: factory.randint,
+}
+
+_SIZED = {torch.zeros, torch.ones, torch.empty, torch.rand, torch.randn}
+
+_FACTORY_VIA_CPU = {torch.tensor, torch.as_tensor, torch.eye, torch.linspace, torch.randperm,
+                    torch.zeros_like, torch.ones_like, torch.empty_like, torch.full_like,
+                    torch.rand_like, torch.randn_like, torch.scalar_tensor}
+
+
+class LazyfuseMode(TorchFunctionMode):
+    """Pushed once when the package is imported (``lazyfuse.disable()``
+    pops it)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if args and type(args[0]) is LazyTensor:
+            low = FAST.get(func)
+            if low is not None:
+                set_site(func.__name__)
+                sync_grad_mode()
+                r = low(*unwrap(args), **{k: unwrap(v) for k, v in kwargs.items()})
+                if r is not None:
+                    return wrap_out(r)
+            else:
+                sp = SPECIAL.get(func)
+                if sp is not None:
+                    set_site(getattr(func, "__name__", "op"))
+                    sync_grad_mode()
+                    return sp(*args, **kwargs)
+        elif func is T.to and args and isinstance(args[0], torch.Tensor):
+            r = _to(*args, **kwargs)
+            if r is not None:
+                return r
+        elif "device" in kwargs and is_ours(kwargs["device"]):
+            return self._factory(func, args, kwargs)
+        return func(*args, **kwargs)
+
+    def _factory(self, func, args, kwargs):
+        set_site(getattr(func, "__name__", "factory"))
+        kw = dict(kwargs)
+        kw.pop("device")
+        kw.pop("requires_grad", None)
+        kw.pop("pin_memory", None)
+        kw.pop("layout", None)
+        kw.pop("generator", None)
+        low = FACTORIES.get(func)
+        if low is not None:
+            if func in _SIZED and (not args or not isinstance(args[0], (list, tuple, torch.Size))):
+                args = (args,)  # torch.ones(2, 3) as ones([2, 3])
+            out = wrap(low(*args, **kw))
+        else:
+            kw["device"] = "cpu"
+            out = wrap(upload(func(*args, **kw)))
+        if kwargs.get("requires_grad"):
+            out._t.set_requires_grad(True)
+        return out

@@ -1,0 +1,164 @@
+"""``torch.compile(model, backend="lazyfuse")``.
+
+Built on ``aot_autograd`` with PyTorch's core ATen decompositions: Dynamo
+captures the program, AOTAutograd splits it into forward and backward ATen
+graphs, and each graph is lowered node by node onto the runtime through the
+same lowering table as the fused eager device. Each call records the
+graph's ops; the runtime fuses them and serves the compiled executable from
+its cache, so a new call compiles nothing, and a new input size compiles
+once per dynamic-shape bucket. Inputs on the CPU give CPU outputs (as
+inductor does); parameters are uploaded once and kept while their version
+is unchanged. A node with no lowering runs on the CPU with a warning naming
+it: a graph break inside the graph, never a wrong answer.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+import warnings
+import weakref
+
+import torch
+from torch._decomp import core_aten_decompositions
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
+
+from . import _C
+from ._core import LazyTensor, download, upload
+from ._dispatch import LazyfuseFallbackWarning
+from ._lower import H, lookup
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def _site(node) -> "_C.Site":
+    """The user's line that recorded ``node`` (from Dynamo's stack trace)."""
+    st = node.meta.get("stack_trace") or ""
+    frames = _FRAME.findall(st)
+    target = getattr(node.target, "_opname", str(node.target))
+    if frames:
+        f, line = frames[-1]
+        return _C.Site(f, int(line), f"aten::{target}")
+    return _C.Site("<compiled graph>", 0, f"aten::{target}")
+
+
+class _Uploads:
+    """Device copies of CPU inputs, kept while the tensor lives and its
+    version (bumped by every in-place write) is unchanged: parameters are
+    uploaded once, not every call."""
+
+    def __init__(self):
+        self._by_id: dict = {}
+
+    def get(self, t: torch.Tensor):
+        key = id(t)
+        hit = self._by_id.get(key)
+        v = t._version
+        if hit is not None:
+            ref, version, shape, h = hit
+            if ref() is t and version == v and shape == t.shape:
+                return h
+        h = upload(t)
+        try:
+            ref = weakref.ref(t, lambda _r, k=key: self._by_id.pop(k, None))
+        except TypeError:
+            return h
+        self._by_id[key] = (ref, v, t.shape, h)
+        return h
+
+
+_UPLOADS = _Uploads()
+
+
+class LoweredGraph:
+    """One ATen FX graph, run by recording its nodes on the runtime."""
+
+    def __init__(self, gm: torch.fx.GraphModule):
+        self.gm = gm
+        self.nodes = []
+        self.placeholders = []
+        for n in gm.graph.nodes:
+            if n.op == "placeholder":
+                self.placeholders.append(n)
+            elif n.op == "call_function":
+                low = lookup(n.target) if isinstance(n.target, torch._ops.OpOverload) else None
+                if low is None and n.target is not operator.getitem:
+                    warnings.warn(
+                        f"lazyfuse: {n.target} has no lowering; it runs on the CPU"
+                        " (a graph break)",
+                        LazyfuseFallbackWarning,
+                        stacklevel=2,
+                    )
+                self.nodes.append((n, low, _site(n)))
+            elif n.op == "output":
+                self.output = n
+
+    def __call__(self, *args):
+        env = {}
+        on_device = False
+        for n, a in zip(self.placeholders, args):
+            if type(a) is LazyTensor:
+                env[n] = a._t
+                on_device = True
+            elif isinstance(a, torch.Tensor):
+                env[n] = _UPLOADS.get(a)
+            else:
+                env[n] = a
+        was = torch.is_grad_enabled()
+        _C.set_grad_enabled(False)
+        try:
+            for n, low, site in self.nodes:
+                _C.set_site(site)
+                a = torch.fx.node.map_arg(n.args, env.__getitem__)
+                k = torch.fx.node.map_arg(n.kwargs, env.__getitem__)
+                if n.target is operator.getitem:
+                    env[n] = a[0][a[1]]
+                    continue
+                r = low(*a, **k) if low is not None else None
+                env[n] = r if r is not None else _cpu_node(n.target, a, k)
+        finally:
+            _C.set_site(None)
+            _C.set_grad_enabled(was)
+            from . import _core
+
+            _core._grad[0] = was
+        outs = torch.fx.node.map_arg(self.output.args[0], env.__getitem__)
+        conv = _wrap if on_device else download
+        return tuple(conv(o) if type(o) is H else o for o in outs)
+
+
+def _wrap(h):
+    from ._core import wrap
+
+    return wrap(h)
+
+
+def _cpu_node(target, args, kwargs):
+    """Runs one node on the CPU: downloads its runtime inputs, uploads its
+    results."""
+
+    def to_cpu(x):
+        return download(x) if type(x) is H else x
+
+    cargs, ckw = torch.utils._pytree.tree_map(to_cpu, (args, kwargs))
+    if isinstance(ckw.get("device"), torch.device) and ckw["device"].type != "cpu":
+        ckw["device"] = torch.device("cpu")
+    out = target(*cargs, **ckw)
+    return torch.utils._pytree.tree_map(
+        lambda x: upload(x) if isinstance(x, torch.Tensor) else x, out
+    )
+
+
+def _compile(gm: torch.fx.GraphModule, example_inputs):
+    # Boxed: AOTAutograd passes one list and frees inputs as they are used.
+    return make_boxed_func(LoweredGraph(gm))
+
+
+lazyfuse_backend = aot_autograd(
+    fw_compiler=_compile,
+    bw_compiler=_compile,
+    decompositions=core_aten_decompositions(),
+)
+"""The ``torch.compile`` backend, registered as ``"lazyfuse"`` by the
+package's ``torch_dynamo_backends`` entry point."""
