@@ -440,3 +440,33 @@ fn creation_ops_of_a_growing_length_compile_once_per_bucket() {
     let after = pass(&mut (1..=40).rev());
     assert_eq!(after, 0, "a pass over warm lengths compiled");
 }
+
+/// A bucketed upload that requires grad keeps its logical shape through
+/// the ops that cut it from autograd (softmax's stabilising shift): inputs
+/// of varying length at one site train like exact ones.
+#[test]
+fn bucketed_uploads_that_require_grad_keep_their_shape() {
+    let _l = metrics_lock();
+    let d = dev();
+    for len in [3usize, 5, 7, 9] {
+        let v: Vec<f32> = (0..len * 4).map(|i| (i as f32 * 0.37).sin()).collect();
+        let x = Tensor::upload(
+            lazyfuse::HostTensor::from_slice(&v, [len, 4][..].into()),
+            &d,
+        )
+        .unwrap()
+        .with_grad()
+        .unwrap();
+        let y = x.softmax(-1).unwrap();
+        assert_eq!(y.dims(), &[len, 4]);
+        y.mul(&y)
+            .unwrap()
+            .sum(.., false)
+            .unwrap()
+            .backward()
+            .unwrap();
+        assert_eq!(x.grad().unwrap().dims(), &[len, 4]);
+        let sums = y.sum(-1, false).unwrap().to_vec::<f32>().unwrap();
+        assert!(sums.iter().all(|s| (s - 1.0).abs() < 1e-5), "{sums:?}");
+    }
+}

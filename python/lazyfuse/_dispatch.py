@@ -114,6 +114,10 @@ def dispatch(func, args, kwargs):
     r = _special(name, func, args, kwargs)
     if r is not None:
         return r
+    if name.startswith("_foreach_"):
+        done, r = _foreach(func, name, args, kwargs)
+        if done:
+            return r
     if func._schema.is_mutable and name.endswith("_") and args and type(args[0]) is LazyTensor:
         return _inplace(func, name, args, kwargs)
     if "out" in kwargs:
@@ -126,14 +130,60 @@ def dispatch(func, args, kwargs):
     return _fallback(func, args, kwargs)
 
 
-def _inplace(func, name, args, kwargs):
+def _foreach(func, name, args, kwargs):
+    """``torch._foreach_<op>(lists, ...)``: the op on each element, recorded
+    like any other (the runtime fuses them); in-place forms update each
+    tensor. Lists (tensors or scalars) are taken element by element, other
+    arguments broadcast."""
+    base = name[len("_foreach_"):]
+    inplace = base.endswith("_")
+    op = getattr(torch.ops.aten, base[:-1] if inplace else base, None)
+    if op is None:
+        return False, None
+    n = len(args[0])
+    if not all(type(t) is LazyTensor for t in args[0]):
+        return False, None
+
+    def pick(v, i):
+        return v[i] if isinstance(v, (list, tuple)) and len(v) == n else v
+
+    overload = _overload_for(op, args)
+    if overload is None or (lookup(overload) is None and base not in _INPLACE_BASE):
+        return False, None
+    outs = []
+    for i in range(n):
+        a = tuple(pick(v, i) for v in args)
+        k = {key: pick(v, i) for key, v in kwargs.items()}
+        if inplace:
+            _inplace(getattr(torch.ops.aten, base), base, a, k, overload)
+        else:
+            outs.append(dispatch(overload, a, k))
+    return True, (None if inplace else outs)
+
+
+def _overload_for(op, args):
+    """The overload of a per-element op matching a foreach call's second
+    argument (a tensor, a scalar, or none)."""
+    second = args[1] if len(args) > 1 else None
+    if isinstance(second, (list, tuple)) and second:
+        second = second[0]
+    names = op.overloads()
+    if isinstance(second, torch.Tensor) and "Tensor" in names:
+        return op.Tensor
+    if second is not None and not isinstance(second, torch.Tensor) and "Scalar" in names:
+        return op.Scalar
+    return getattr(op, "default", None) or getattr(op, names[0])
+
+
+def _inplace(func, name, args, kwargs, overload=None):
     self = args[0]
     base = _INPLACE_BASE.get(name)
     uargs = unwrap(args)
     ukw = {k: unwrap(v) for k, v in kwargs.items()}
     if base is None:
-        op = getattr(torch.ops.aten, name[:-1], None)
-        overload = getattr(op, func._overloadname, None) if op is not None else None
+        if overload is None:
+            op = getattr(torch.ops.aten, name[:-1], None)
+            overload = getattr(op, func._overloadname, None) if op is not None else None
         low = lookup(overload) if overload is not None else None
         new = low(*uargs, **ukw) if low is not None else None
     else:

@@ -35,7 +35,9 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 def _site(node) -> "_C.Site":
     """The user's line that recorded ``node`` (from Dynamo's stack trace)."""
     st = node.meta.get("stack_trace") or ""
-    frames = _FRAME.findall(st)
+    from ._core import _SKIP
+
+    frames = [f for f in _FRAME.findall(st) if not f[0].startswith(_SKIP)]
     target = getattr(node.target, "_opname", str(node.target))
     if frames:
         f, line = frames[-1]
@@ -80,7 +82,10 @@ class LoweredGraph:
         self.placeholders = []
         for n in gm.graph.nodes:
             if n.op == "placeholder":
-                self.placeholders.append(n)
+                # Each input is an upload site of its own: sizes that vary
+                # from call to call bucket there.
+                site = _C.Site(f"<lazyfuse graph {id(gm):x}>", len(self.placeholders), n.name)
+                self.placeholders.append((n, site))
             elif n.op == "call_function":
                 low = lookup(n.target) if isinstance(n.target, torch._ops.OpOverload) else None
                 if low is None and n.target is not operator.getitem:
@@ -97,11 +102,12 @@ class LoweredGraph:
     def __call__(self, *args):
         env = {}
         on_device = False
-        for n, a in zip(self.placeholders, args):
+        for (n, site), a in zip(self.placeholders, args):
             if type(a) is LazyTensor:
                 env[n] = a._t
                 on_device = True
             elif isinstance(a, torch.Tensor):
+                _C.set_site(site)
                 env[n] = _UPLOADS.get(a)
             else:
                 env[n] = a

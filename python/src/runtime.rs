@@ -26,7 +26,8 @@ pub fn device() -> PyResult<&'static Device> {
 }
 
 /// Uploads `nbytes` of host memory at address `ptr` (a contiguous CPU
-/// tensor's data, row-major, little-endian) as a tensor of `shape`.
+/// tensor's data, row-major, little-endian) as a tensor of `shape`, an
+/// upload site at the declared Python line: sizes that vary there bucket.
 ///
 /// # Safety contract
 /// The caller (the package) passes the data pointer of a live contiguous
@@ -53,9 +54,8 @@ fn from_buffer(ptr: usize, nbytes: usize, shape: Vec<usize>, dt: &str) -> PyResu
         dtype,
         bytes,
     };
-    Ok(PyTensor::new(
-        Tensor::from_host(&host, device()?).map_err(err)?,
-    ))
+    let dev = device()?;
+    at(|| Tensor::upload(host, dev)).map(PyTensor::new)
 }
 
 /// The tensor's bytes (row-major, little-endian): a sync point. The GIL is

@@ -53,6 +53,16 @@ impl Tensor {
         Tensor::upload_at(HostTensor::from_slice(data, shape), device, loc)
     }
 
+    /// Uploads a host array as an upload site (the caller's line, or the
+    /// origin a binding declares with [`crate::with_origin`]): a length that
+    /// changes there from step to step is bucketed as `from_slice`'s is, so
+    /// inputs of varying size compile once per bucket. [`Tensor::from_host`]
+    /// uploads exactly.
+    #[track_caller]
+    pub fn upload(host: HostTensor, device: &Device) -> Result<Tensor> {
+        Tensor::upload_at(host, device, crate::site::caller())
+    }
+
     /// Uploads `host` as recorded at `loc`, an upload site like any other:
     /// a length that changes there from step to step is uploaded padded to
     /// its bucket's capacity, so what the program does with it compiles

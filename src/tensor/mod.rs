@@ -307,7 +307,12 @@ impl Tensor {
             return Ok(self.clone());
         }
         if let Some(buf) = self.ready_buffer() {
-            return Ok(Tensor::ready(buf, self.device()));
+            // A padded (bucketed) upload keeps its logical shape.
+            let t = Tensor::ready(buf, self.device());
+            if let Some(l) = self.0.logical() {
+                t.0.set_logical(l.clone());
+            }
+            return Ok(t);
         }
         let op = Op::Reshape(self.0.shape.clone());
         let inner = crate::lazy::record(

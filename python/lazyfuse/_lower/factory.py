@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from . import H, cast, const, default_float, lowering
 from .. import _C
 from .._core import FLOATS, TORCH_TO_NAME
@@ -168,3 +170,11 @@ def normal_functional(x, mean=0.0, std=1.0, generator=None):
 @lowering("uniform")
 def uniform_functional(x, low=0.0, high=1.0, generator=None):
     return uniform(x.shape, x.dtype, low, high)
+
+
+@lowering("_to_copy", "to")
+def to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+            memory_format=None, copy=False):
+    if device is not None and torch.device(device).type not in ("lazyfuse", "meta"):
+        return None  # leaving the device: the caller downloads
+    return x if dtype is None else cast(x, TORCH_TO_NAME[dtype])

@@ -200,3 +200,20 @@ def _C_arange(n):
     return _C.arange(0.0, float(n), 1.0, "int64")
 
 
+
+
+@lowering("linalg_vector_norm", "norm")
+def vector_norm(x, ord=2, dim=None, keepdim=False, dtype=None):
+    import math as _m
+
+    if dtype is not None:
+        x = cast(x, _sum_dtype(x, dtype))
+    dims = dims_list(dim, len(x.shape))
+    a = x.unary("abs")
+    if ord == _m.inf:
+        return a.reduce("max", dims, keepdim)
+    if ord == 1:
+        return a.reduce("sum", dims, keepdim)
+    if ord == 2:
+        return x.binary("mul", x).reduce("sum", dims, keepdim).unary("sqrt")
+    return a.binary("pow", float(ord)).reduce("sum", dims, keepdim).binary("pow", 1.0 / ord)

@@ -19,6 +19,13 @@ def _infer(shape, numel):
     return shape
 
 
+def numel_of(dims):
+    n = 1
+    for s in dims:
+        n *= s
+    return n
+
+
 def numel(x):
     n = 1
     for s in x.shape:
@@ -291,3 +298,61 @@ def flip(x, dims):
         idx = _C.arange(float(n - 1), -1.0, -1.0, "int64")
         x = x.index_select(d, idx)
     return x
+
+
+def _scatter_mask(x, d, index):
+    """One-hot of ``index`` along ``d`` against ``x``'s positions: shape
+    ``index.shape`` with ``x.shape[d]`` inserted after ``d``."""
+    d = dim(d, len(x.shape))
+    n = x.shape[d]
+    classes = _C.arange(0.0, float(n), 1.0, "int64")
+    view = [1] * (len(index.shape) + 1)
+    view[d + 1] = n
+    return cast(index, "int64").unsqueeze(d + 1).binary("eq", classes.reshape(view)), d
+
+
+@lowering("scatter.value", "scatter.src", "scatter")
+def scatter(x, d, index, value):
+    """``x`` with ``value`` (a scalar, or ``src``'s elements) written where
+    ``index`` points along ``d``; index must span ``x`` on the other dims.
+    (Duplicate indices write one of the values, as PyTorch's scatter does.)"""
+    if any(index.shape[k] != x.shape[k] for k in range(len(x.shape)) if k != dim(d, len(x.shape))):
+        return None
+    hit, d = _scatter_mask(x, d, index)
+    mask = cast(hit, "int32").reduce("max", [d], False).binary("gt", 0)
+    if type(value) is H:
+        src = cast(value, x.dtype).narrow(d, 0, index.shape[d]) if value.shape[d] != index.shape[d] else cast(value, x.dtype)
+        picked = hit.where_(src.unsqueeze(d + 1), _C.full(0.0, (), x.dtype)).reduce("sum", [d], False)
+        return mask.where_(picked, x)
+    return mask.where_(_C.full(float(value), (), x.dtype), x)
+
+
+@lowering("index_put", "_unsafe_index_put", "index_put_")
+def index_put(x, indices, values, accumulate=False):
+    """``x[idx] = values`` (or ``+=`` with ``accumulate``) for one integer
+    index tensor on dim 0, as embedding gradients and cache writes use:
+    accumulation is a one-hot contraction, so repeated indices add up."""
+    if len(indices) != 1 or indices[0] is None or indices[0].dtype == "bool":
+        return None
+    idx = cast(indices[0], "int64")
+    k = numel(idx)
+    idx = idx.reshape([k])
+    n = x.shape[0]
+    idx = idx.binary("lt", 0).where_(idx.binary("add", n), idx)
+    rest = list(x.shape[1:])
+    v = cast(values, x.dtype) if type(values) is H else _C.full(float(values), (), x.dtype)
+    if list(v.shape) != [k] + rest:
+        v = reshape(v, [k] + rest) if numel(v) == k * numel_of(rest) else expand(v, [k] + rest)
+    rows = _C.arange(0.0, float(n), 1.0, "int64")
+    onehot = rows.unsqueeze(1).binary("eq", idx.unsqueeze(0))  # [n, k]
+    if accumulate:
+        w = x.dtype if x.dtype in ("float32", "float64") else "float64"
+        flat = cast(v, w).reshape([k, numel(v) // k if k else 0])
+        add = cast(onehot, w).matmul(flat).reshape([n] + rest)
+        return cast(cast(x, w).binary("add", add), x.dtype)
+    hit = cast(onehot, "int32").reduce("max", [1], False).binary("gt", 0)
+    last = _C.arange(0.0, float(k), 1.0, "int64").unsqueeze(0).expand([n, k])
+    pos = onehot.where_(last, _C.full(-1.0, (), "int64")).reduce("max", [1], False)
+    picked = v.index_select(0, pos.binary("maximum", 0))
+    view = [n] + [1] * len(rest)
+    return hit.reshape(view).where_(picked, x)
