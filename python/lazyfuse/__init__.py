@@ -18,6 +18,7 @@ from . import _C
 from ._core import LazyTensor, download, upload, wrap
 from ._dispatch import LazyfuseFallbackWarning
 from ._mode import LazyfuseMode
+from . import _module  # noqa: F401  (model.to keeps tied weights tied)
 
 __all__ = [
     "LazyTensor",

@@ -47,6 +47,11 @@ def unwrap(x):
             return x._t
         if x.dim() == 0 and x.device.type == "cpu":
             return upload(x)
+        if x.device.type == "meta":
+            raise LazyfuseError(
+                "PyTorch made a meta tensor (a Python scalar it wrapped for a lazyfuse op) whose"
+                f" value cannot be read; this call needs a function-level lowering (at {where()})"
+            )
         raise LazyfuseError(
             f"expected all tensors on the lazyfuse device, but got one on {x.device}"
             f" ({tuple(x.shape)}); move it with .to('lazyfuse') (at {where()})"

@@ -41,6 +41,7 @@ def _repr(x, *_, **__):
 
 
 def _to(x, *args, **kwargs):
+    copy = kwargs.pop("copy", False)
     dev, dt, _, _ = torch._C._nn._parse_to(*args, **kwargs)
     if type(x) is not LazyTensor:
         if not is_ours(dev):
@@ -52,7 +53,7 @@ def _to(x, *args, **kwargs):
         cpu = download(x._t)
         return cpu if dt is None else cpu.to(dt)
     if dt is None or dtype_name(dt) == x._t.dtype:
-        return x
+        return wrap(x._t.unary("detach")) if copy else x
     return wrap(cast(x._t, dtype_name(dt)))
 
 
@@ -151,6 +152,17 @@ _fast([T.transpose, torch.transpose], shape.transpose)
 _fast([T.permute, torch.permute],
       lambda x, *d: shape.permute(x, d[0] if len(d) == 1 and not isinstance(d[0], int) else d))
 _fast([T.contiguous], lambda x, memory_format=None: x)
+# Scalars stay Python numbers here; through ATen, PyTorch would wrap them
+# as 0-dim tensors on the meta device, which hold no value.
+_fast([torch.where, T.where], lambda condition, input=None, other=None: ew.where(condition, input, other)
+      if input is not None else None)
+_fast([T.masked_fill, torch.masked_fill], ew.masked_fill)
+_fast([T.clamp, torch.clamp, T.clip, torch.clip], ew.clamp)
+for _n, _op in [("eq", "eq"), ("ne", "ne"), ("lt", "lt"), ("le", "le"), ("gt", "gt"), ("ge", "ge")]:
+    _fast([getattr(T, _n), getattr(T, f"__{_n}__"), getattr(torch, _n)],
+          lambda a, b, _op=_op: ew.binary(_op, a, b))
+_fast([T.maximum, torch.maximum], lambda a, b: ew.binary("maximum", a, b))
+_fast([T.minimum, torch.minimum], lambda a, b: ew.binary("minimum", a, b))
 _fast([T.sum, torch.sum], reduce.sum_)
 _fast([T.mean, torch.mean], reduce.mean)
 

@@ -80,14 +80,22 @@ class LoweredGraph:
         self.gm = gm
         self.nodes = []
         self.placeholders = []
+        self.constants = []
+        self._uploaded = False
         for n in gm.graph.nodes:
             if n.op == "placeholder":
                 # Each input is an upload site of its own: sizes that vary
                 # from call to call bucket there.
                 site = _C.Site(f"<lazyfuse graph {id(gm):x}>", len(self.placeholders), n.name)
                 self.placeholders.append((n, site))
+            elif n.op == "get_attr":
+                # A constant of the graph: uploaded at the first call (the
+                # backend runs under fake tensors), then kept.
+                self.constants.append((n, getattr(gm, n.target)))
             elif n.op == "call_function":
                 low = lookup(n.target) if isinstance(n.target, torch._ops.OpOverload) else None
+                if low is None and not isinstance(n.target, torch._ops.OpOverload):
+                    low = _python_call(n.target)
                 if low is None and n.target is not operator.getitem:
                     warnings.warn(
                         f"lazyfuse: {n.target} has no lowering; it runs on the CPU"
@@ -100,7 +108,12 @@ class LoweredGraph:
                 self.output = n
 
     def __call__(self, *args):
-        env = {}
+        if self.constants and not self._uploaded:
+            self.constants = [
+                (n, upload(v) if isinstance(v, torch.Tensor) else v) for n, v in self.constants
+            ]
+            self._uploaded = True
+        env = dict(self.constants)
         on_device = False
         for (n, site), a in zip(self.placeholders, args):
             if type(a) is LazyTensor:
@@ -132,6 +145,18 @@ class LoweredGraph:
         outs = torch.fx.node.map_arg(self.output.args[0], env.__getitem__)
         conv = _wrap if on_device else download
         return tuple(conv(o) if type(o) is H else o for o in outs)
+
+
+def _python_call(target):
+    """Arithmetic on sizes (``operator.mul`` on SymInts, ``sym_float``...):
+    plain Python on plain numbers."""
+
+    def call(*args, **kwargs):
+        if any(type(a) is H for a in args):
+            return None
+        return target(*args, **kwargs)
+
+    return call
 
 
 def _wrap(h):

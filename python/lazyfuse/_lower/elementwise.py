@@ -9,8 +9,16 @@ from . import H, cast, category, const, default_float, lowering, promote, scalar
 from .._core import FLOATS
 
 
+_BOOL_OPS = {"mul": "and", "minimum": "and", "add": "or", "maximum": "or"}
+
+
 def binary(op: str, a, b):
     """``a <op> b`` for handles and scalars, promoted as PyTorch does."""
+    if op in _BOOL_OPS and promote(a, b) == "bool":
+        a, b = (x if type(x) is H else const(x, "bool") for x in (a, b))
+        if _BOOL_OPS[op] == "and":
+            return a.where_(b, const(False, "bool"))
+        return a.where_(const(True, "bool"), b)
     if type(a) is not H:
         d = promote(a, b)
         return const(a, d).binary(op, cast(b, d))

@@ -27,34 +27,41 @@ def mean(x, dim=None, keepdim=False, dtype=None):
     return x.reduce("mean", dims_list(dim, len(x.shape)), keepdim)
 
 
+def _minmax(x, op, dims, keepdim):
+    """max/min; bools through int32, as the runtime reduces numbers."""
+    if x.dtype == "bool":
+        return cast(x, "int32").reduce(op, dims, keepdim).binary("ne", 0)
+    return x.reduce(op, dims, keepdim)
+
+
 @lowering("amax")
 def amax(x, dim=(), keepdim=False):
-    return x.reduce("max", dims_list(dim, len(x.shape)), keepdim)
+    return _minmax(x, "max", dims_list(dim, len(x.shape)), keepdim)
 
 
 @lowering("amin")
 def amin(x, dim=(), keepdim=False):
-    return x.reduce("min", dims_list(dim, len(x.shape)), keepdim)
+    return _minmax(x, "min", dims_list(dim, len(x.shape)), keepdim)
 
 
 @lowering("max.dim")
 def max_dim(x, d, keepdim=False):
-    return x.reduce("max", [dim(d, len(x.shape))], keepdim), x.argmax(d, keepdim)
+    return _minmax(x, "max", [dim(d, len(x.shape))], keepdim), argmax(x, d, keepdim)
 
 
 @lowering("min.dim")
 def min_dim(x, d, keepdim=False):
-    return x.reduce("min", [dim(d, len(x.shape))], keepdim), argmin(x, d, keepdim)
+    return _minmax(x, "min", [dim(d, len(x.shape))], keepdim), argmin(x, d, keepdim)
 
 
 @lowering("max.default")
 def max_all(x):
-    return x.reduce("max", None, False)
+    return _minmax(x, "max", None, False)
 
 
 @lowering("min.default")
 def min_all(x):
-    return x.reduce("min", None, False)
+    return _minmax(x, "min", None, False)
 
 
 @lowering("max.other", "maximum")
@@ -73,6 +80,8 @@ def min_other(a, b):
 
 @lowering("argmax")
 def argmax(x, dim=None, keepdim=False):
+    if x.dtype == "bool":
+        x = cast(x, "int32")
     if dim is None:
         r = x.reshape([_numel(x)]).argmax(0, False)
         return r.reshape([1] * len(x.shape)) if keepdim else r

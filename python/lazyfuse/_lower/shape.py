@@ -356,3 +356,43 @@ def index_put(x, indices, values, accumulate=False):
     picked = v.index_select(0, pos.binary("maximum", 0))
     view = [n] + [1] * len(rest)
     return hit.reshape(view).where_(picked, x)
+
+
+@lowering("constant_pad_nd", "pad")
+def constant_pad_nd(x, pad, value=0.0, mode="constant"):
+    """``pad`` pairs (before, after) from the last dim backwards; negative
+    amounts crop."""
+    if mode != "constant":
+        return None
+    r = len(x.shape)
+    for i in range(len(pad) // 2):
+        d = r - 1 - i
+        before, after = int(pad[2 * i]), int(pad[2 * i + 1])
+        if before < 0:
+            x = x.narrow(d, -before, x.shape[d] + before)
+            before = 0
+        if after < 0:
+            x = x.narrow(d, 0, x.shape[d] + after)
+            after = 0
+        parts = []
+        for n in (before, after):
+            shp = list(x.shape)
+            shp[d] = n
+            parts.append(_C.full(float(value if value is not None else 0.0), tuple(shp), x.dtype) if n else None)
+        seq = [p for p in (parts[0], x, parts[1]) if p is not None]
+        if len(seq) > 1:
+            x = _C.cat(seq, d)
+    return x
+
+
+@lowering("isin")
+def isin(elements, test_elements, assume_unique=False, invert=False):
+    from .elementwise import binary
+
+    if type(elements) is not H:
+        return None
+    t = test_elements if type(test_elements) is H else _C.full(float(test_elements), (1,), elements.dtype)
+    flat = t.reshape([numel(t)])
+    hit = binary("eq", elements.unsqueeze(-1), flat)
+    r = cast(hit, "int32").reduce("max", [len(elements.shape)], False).binary("gt", 0)
+    return r.binary("eq", False) if invert else r
