@@ -5,7 +5,14 @@
 //! ```text
 //! cargo run --release --example workloads -- [--fusion on|off|both] [--json PATH]
 //!     [--chart PATH.png] [--iters N] [--warmup N] [--rounds N] [--peers PYTHON]
-//!     [--peer-systems torch,xla,jaxjit,jaxeager] [--device cpu|cuda|interp] [NAME...]
+//!     [--peer-systems torch,xla,jaxjit,jaxeager] [--torch-frontend PYTHON]
+//!     [--frontend-systems lf_device,lf_device_unfused,lf_compile,inductor]
+//!     [--device cpu|cuda|interp] [NAME...]
+//!
+//! `--torch-frontend PYTHON` (a Python with torch and the `lazyfuse`
+//! package) adds the same workloads written in plain PyTorch
+//! (`python/benches/workloads.py`): on the lazyfuse device fused and
+//! unfused, under `torch.compile(backend="lazyfuse")`, and under inductor.
 //!
 //! `--rounds N` repeats the whole measurement N times, lazyfuse and the
 //! peers alternating, and reports each system's median over the rounds of
@@ -44,6 +51,8 @@ struct Args {
     rounds: usize,
     peers: Option<String>,
     peer_systems: Option<String>,
+    torch_frontend: Option<String>,
+    frontend_systems: Option<String>,
     device: String,
     names: Vec<String>,
 }
@@ -58,6 +67,8 @@ fn parse_args() -> Result<Args, String> {
         rounds: 1,
         peers: None,
         peer_systems: None,
+        torch_frontend: None,
+        frontend_systems: None,
         device: "cpu".into(),
         names: vec![],
     };
@@ -93,6 +104,8 @@ fn parse_args() -> Result<Args, String> {
             }
             "--peers" => a.peers = Some(val("--peers")?),
             "--peer-systems" => a.peer_systems = Some(val("--peer-systems")?),
+            "--torch-frontend" => a.torch_frontend = Some(val("--torch-frontend")?),
+            "--frontend-systems" => a.frontend_systems = Some(val("--frontend-systems")?),
             "--device" => {
                 a.device = val("--device")?;
                 if !["cpu", "cuda", "interp"].contains(&a.device.as_str()) {
@@ -127,20 +140,19 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// Runs one invocation of the peers script; returns its records and whether it succeeded.
 fn run_peers_once(
     python: &str,
+    script: &std::path::Path,
     device: &str,
     system: &str,
     names: &[String],
     iters: usize,
     warmup: usize,
 ) -> (Vec<Record>, bool) {
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/peers/workloads.py");
     // The peers run on the same kind of device: JAX on the GPU for
     // `--device cuda`, on the CPU otherwise (it would pick a GPU if it saw one).
     let platform = if device == "cuda" { "cuda" } else { "cpu" };
     let out = std::process::Command::new(python)
         .env("JAX_PLATFORMS", platform)
-        .arg(&script)
+        .arg(script)
         .args(names)
         .args([
             "--systems",
@@ -187,6 +199,7 @@ fn run_peers_once(
 /// workload is rerun workload by workload so the others still count.
 fn run_peers(
     python: &str,
+    script: &std::path::Path,
     device: &str,
     systems: &str,
     names: &[String],
@@ -195,7 +208,7 @@ fn run_peers(
 ) -> Vec<Record> {
     let mut all = Vec::new();
     for system in systems.split(',').filter(|s| !s.is_empty()) {
-        let (records, ok) = run_peers_once(python, device, system, names, iters, warmup);
+        let (records, ok) = run_peers_once(python, script, device, system, names, iters, warmup);
         if ok || names.len() == 1 {
             all.extend(records);
             continue;
@@ -203,6 +216,7 @@ fn run_peers(
         for n in names {
             let (r, _) = run_peers_once(
                 python,
+                script,
                 device,
                 system,
                 std::slice::from_ref(n),
@@ -219,7 +233,7 @@ fn main() {
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("{e}\nusage: workloads [--fusion on|off|both] [--json PATH] [--chart PATH.png] [--iters N] [--warmup N] [--rounds N] [--peers PYTHON] [--peer-systems LIST] [--device cpu|cuda|interp] [NAME...]");
+            eprintln!("{e}\nusage: workloads [--fusion on|off|both] [--json PATH] [--chart PATH.png] [--iters N] [--warmup N] [--rounds N] [--peers PYTHON] [--peer-systems LIST] [--torch-frontend PYTHON] [--frontend-systems LIST] [--device cpu|cuda|interp] [NAME...]");
             std::process::exit(2);
         }
     };
@@ -283,11 +297,38 @@ fn workload_names(args: &Args, all: &[defs::Workload]) -> Vec<String> {
     args.names.clone()
 }
 
-/// One round of the peers (`--peers`), on the workloads they implement.
+/// One round of the peers (`--peers`), on the workloads they implement,
+/// and of the PyTorch front end (`--torch-frontend`: the same workloads
+/// in plain PyTorch on the lazyfuse device and under `torch.compile`).
 fn peers_round(args: &Args, names: &[String]) -> Vec<Record> {
+    let mut out = other_peers(args, names);
+    if let Some(py) = &args.torch_frontend {
+        let script =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/benches/workloads.py");
+        let systems = args
+            .frontend_systems
+            .as_deref()
+            .unwrap_or("lf_device,lf_device_unfused,lf_compile,inductor");
+        out.extend(run_peers(
+            py,
+            &script,
+            &args.device,
+            systems,
+            names,
+            args.iters,
+            args.warmup,
+        ));
+    }
+    out
+}
+
+/// The peer systems (`--peers`): PyTorch, torch_xla and JAX.
+fn other_peers(args: &Args, names: &[String]) -> Vec<Record> {
     let Some(py) = &args.peers else {
         return Vec::new();
     };
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/peers/workloads.py");
     // On a GPU only JAX runs on the same device (the torch peers are CPU).
     let default_peers = if args.device == "cuda" {
         "jaxjit,jaxeager"
@@ -301,6 +342,7 @@ fn peers_round(args: &Args, names: &[String]) -> Vec<Record> {
         .collect();
     run_peers(
         py,
+        &script,
         &args.device,
         args.peer_systems.as_deref().unwrap_or(default_peers),
         &peer_names,

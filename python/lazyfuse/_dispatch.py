@@ -112,26 +112,48 @@ def _special(name, func, args, kwargs):
     return None
 
 
-def dispatch(func, args, kwargs):
+_SPECIAL_NAMES = {"_local_scalar_dense", "_to_copy", "equal", "copy_", "is_same_size"}
+# Per ATen overload: (name, kind, lowering); kind 0 plain, 1 special,
+# 2 foreach, 3 in-place.
+_PLANS: dict = {}
+
+
+def _plan(func):
     name = func._opname
-    set_site(f"aten::{name}")
+    if name in _SPECIAL_NAMES:
+        kind = 1
+    elif name.startswith("_foreach_"):
+        kind = 2
+    elif func._schema.is_mutable and name.endswith("_"):
+        kind = 3
+    else:
+        kind = 0
+    p = _PLANS[func] = (name, kind, lookup(func), f"aten::{name}")
+    return p
+
+
+def dispatch(func, args, kwargs):
+    p = _PLANS.get(func) or _plan(func)
+    name, kind, low, site = p
+    set_site(site)
     sync_grad_mode()
-    r = _special(name, func, args, kwargs)
-    if r is not None:
-        return r
-    if name.startswith("_foreach_"):
+    if kind == 1:
+        r = _special(name, func, args, kwargs)
+        if r is not None:
+            return r
+    elif kind == 2:
         done, r = _foreach(func, name, args, kwargs)
         if done:
             return r
-    if func._schema.is_mutable and name.endswith("_") and args and type(args[0]) is LazyTensor:
+    elif kind == 3 and args and type(args[0]) is LazyTensor:
         return _inplace(func, name, args, kwargs)
     if "out" in kwargs:
         return _fallback(func, args, kwargs)
-    low = lookup(func)
     if low is not None:
-        r = low(*unwrap(args), **{k: unwrap(v) for k, v in kwargs.items()})
+        a = [x._t if type(x) is LazyTensor else unwrap(x) for x in args]
+        r = low(*a, **{k: unwrap(v) for k, v in kwargs.items()}) if kwargs else low(*a)
         if r is not None:
-            return wrap_out(r)
+            return wrap(r) if type(r) is H else wrap_out(r)
     return _fallback(func, args, kwargs)
 
 

@@ -68,6 +68,42 @@ def _backward(x, gradient=None, retain_graph=None, create_graph=False, inputs=No
     x._t.backward(bool(retain_graph))
 
 
+def _autograd_grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
+                   allow_unused=None, **_):
+    """``torch.autograd.grad`` for leaf inputs: the runtime accumulates into
+    leaves, so their gradients are set aside, the backward pass runs, its
+    gradients are read and the old ones put back."""
+    outs = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs)
+    ins = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
+    if create_graph or len(outs) != 1 or any(not x._t.is_leaf for x in ins):
+        raise LazyfuseError(
+            "torch.autograd.grad on lazyfuse takes one output and leaf inputs, without"
+            f" create_graph (at {where()})"
+        )
+    saved = [x._t.grad() for x in ins]
+    for x in ins:
+        x._t.set_grad(None)
+    gout = None
+    if grad_outputs is not None:
+        gout = grad_outputs[0] if isinstance(grad_outputs, (list, tuple)) else grad_outputs
+    _backward(outs[0], gout, retain_graph)
+    res = []
+    for x, old in zip(ins, saved):
+        g = x._t.grad()
+        x._t.set_grad(old)
+        res.append(None if g is None else wrap(g))
+    return tuple(res)
+
+
+def _autograd_backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False,
+                       inputs=None, **_):
+    ts = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+    gs = [None] * len(ts) if grad_tensors is None else (
+        [grad_tensors] if isinstance(grad_tensors, torch.Tensor) else list(grad_tensors))
+    for t, g in zip(ts, gs):
+        _backward(t, g, retain_graph, create_graph, inputs)
+
+
 def _grad_get(x):
     g = x._t.grad()
     return None if g is None else wrap(g)
@@ -87,6 +123,8 @@ def _data_set(x, v):
 
 
 _DEVICE = torch.device("lazyfuse", 0)
+_PLAIN = {int, float, bool, str, type(None)}
+H = _C.Tensor
 
 SPECIAL = {
     T.__repr__: _repr,
@@ -98,6 +136,8 @@ SPECIAL = {
     T.tolist: lambda x: download(x._t).tolist(),
     T.item: lambda x: x._t.item(),
     T.backward: _backward,
+    torch.autograd.grad: _autograd_grad,
+    torch.autograd.backward: _autograd_backward,
     T.grad.__get__: _grad_get,
     T.grad.__set__: _grad_set,
     T.requires_grad.__get__: lambda x: x._t.requires_grad,
@@ -114,6 +154,8 @@ SPECIAL = {
     T.is_meta.__get__: lambda x: False,
     T.get_device: lambda x: 0,
 }
+
+_LIST_FIRST = {torch.autograd.grad, torch.autograd.backward}
 
 # Functions whose lowering takes the function's own arguments: recorded
 # here, without the trip through ATen.
@@ -162,6 +204,17 @@ for _n, _op in [("eq", "eq"), ("ne", "ne"), ("lt", "lt"), ("le", "le"), ("gt", "
     _fast([getattr(T, _n), getattr(T, f"__{_n}__"), getattr(torch, _n)],
           lambda a, b, _op=_op: ew.binary(_op, a, b))
 _fast([T.maximum, torch.maximum], lambda a, b: ew.binary("maximum", a, b))
+# Same-signature functions: the ATen lowering of the same name.
+for _n in ["square", "reciprocal", "log1p", "expm1", "ceil", "trunc", "sign", "floor", "rsqrt",
+           "unsqueeze", "squeeze", "t", "flatten", "split", "chunk", "amax", "amin", "argmax",
+           "var", "std", "logsumexp", "tril", "triu", "erf", "index_select", "gather", "repeat"]:
+    _funcs = [f for f in (getattr(T, _n, None), getattr(torch, _n, None)) if f is not None]
+    _fast(_funcs, TABLE[_n])
+_fast([T.expand], lambda x, *size, **k: shape.expand(
+    x, size[0] if len(size) == 1 and not isinstance(size[0], int) else size))
+_fast([F.silu], lambda x, inplace=False: ew.silu(x))
+_fast([T.float], lambda x, memory_format=None: cast(x, "float32"))
+_fast([T.type_as], lambda x, other: cast(x, other.dtype))
 _fast([T.minimum, torch.minimum], lambda a, b: ew.binary("minimum", a, b))
 _fast([T.sum, torch.sum], reduce.sum_)
 _fast([T.mean, torch.mean], reduce.mean)
@@ -190,21 +243,37 @@ class LazyfuseMode(TorchFunctionMode):
     pops it)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
         if args and type(args[0]) is LazyTensor:
             low = FAST.get(func)
             if low is not None:
                 set_site(func.__name__)
                 sync_grad_mode()
-                r = low(*unwrap(args), **{k: unwrap(v) for k, v in kwargs.items()})
+                a = [x._t if type(x) is LazyTensor else (x if type(x) in _PLAIN else unwrap(x))
+                     for x in args]
+                try:
+                    if kwargs:
+                        r = low(*a, **{k: unwrap(v) for k, v in kwargs.items()})
+                    else:
+                        r = low(*a)
+                except TypeError:
+                    # A spelling the fast lowering does not take (a keyword
+                    # it names otherwise): ATen's path handles every one.
+                    r = None
                 if r is not None:
-                    return wrap_out(r)
-            else:
+                    return wrap(r) if type(r) is H else wrap_out(r)
+        kwargs = kwargs or {}
+        if args and type(args[0]) is LazyTensor:
+            if low is None:
                 sp = SPECIAL.get(func)
                 if sp is not None:
                     set_site(getattr(func, "__name__", "op"))
                     sync_grad_mode()
                     return sp(*args, **kwargs)
+        elif func in _LIST_FIRST and args and isinstance(args[0], (list, tuple)) and args[0] \
+                and type(args[0][0]) is LazyTensor:
+            set_site(func.__name__)
+            sync_grad_mode()
+            return SPECIAL[func](*args, **kwargs)
         elif func is T.to and args and isinstance(args[0], torch.Tensor):
             r = _to(*args, **kwargs)
             if r is not None:

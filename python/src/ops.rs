@@ -7,7 +7,7 @@ use crate::convert::{at, dtype, dtype_name, err};
 use lazyfuse::Tensor;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyBool, PyFloat, PyInt, PyTuple};
 
 /// A runtime tensor. Cheap to clone (a reference-counted handle); the
 /// package's `torch.Tensor` wrapper holds one and swaps it for in-place
@@ -24,12 +24,39 @@ impl PyTensor {
 }
 
 /// The right-hand operand of a binary op: a tensor or a Python scalar.
-#[derive(FromPyObject)]
 pub enum Rhs<'py> {
     T(Bound<'py, PyTensor>),
     B(bool),
     I(i64),
     F(f64),
+}
+
+impl<'py> Rhs<'py> {
+    /// Sorted by exact type first: a failed extraction builds a Python
+    /// exception, which would cost more than the op itself on this path.
+    fn of(v: &Bound<'py, PyAny>) -> PyResult<Rhs<'py>> {
+        if let Ok(t) = v.cast::<PyTensor>() {
+            return Ok(Rhs::T(t.clone()));
+        }
+        if v.is_exact_instance_of::<PyFloat>() {
+            return Ok(Rhs::F(v.cast::<PyFloat>()?.value()));
+        }
+        if v.is_exact_instance_of::<PyBool>() {
+            return Ok(Rhs::B(v.is_truthy()?));
+        }
+        if v.is_exact_instance_of::<PyInt>() {
+            if let Ok(i) = v.extract::<i64>() {
+                return Ok(Rhs::I(i));
+            }
+        }
+        if let Ok(b) = v.cast::<PyBool>() {
+            return Ok(Rhs::B(b.is_true()));
+        }
+        match v.extract::<i64>() {
+            Ok(i) => Ok(Rhs::I(i)),
+            Err(_) => Ok(Rhs::F(v.extract::<f64>()?)),
+        }
+    }
 }
 
 fn bad(op: &str, what: &str) -> PyErr {
@@ -93,7 +120,8 @@ impl PyTensor {
     }
     /// `add sub mul div pow maximum minimum eq ne lt le gt ge` with a tensor
     /// or a scalar on the right.
-    fn binary(&self, op: &str, rhs: Rhs<'_>) -> PyResult<PyTensor> {
+    fn binary(&self, op: &str, rhs: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let rhs = Rhs::of(rhs)?;
         const OPS: [&str; 13] = [
             "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt",
             "ge",

@@ -46,16 +46,20 @@ def default_float() -> str:
     return TORCH_TO_NAME[torch.get_default_dtype()]
 
 
+_CATEGORY = {"float32": 2, "float64": 2, "bfloat16": 2, "float16": 2,
+             "int32": 1, "int64": 1, "uint8": 1, "bool": 0}
+_KIND = {bool: 0, int: 1, float: 2}
+
+
 def category(d: str) -> int:
-    return 2 if d in FLOATS else (0 if d == "bool" else 1)
+    return _CATEGORY[d]
 
 
 def scalar_kind(v) -> int:
-    if isinstance(v, bool):
-        return 0
-    if isinstance(v, int):
-        return 1
-    return 2
+    k = _KIND.get(type(v))
+    if k is None:
+        k = 0 if isinstance(v, bool) else 1 if isinstance(v, int) else 2
+    return k
 
 
 def promote(*xs) -> str:

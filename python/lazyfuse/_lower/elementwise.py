@@ -14,22 +14,34 @@ _BOOL_OPS = {"mul": "and", "minimum": "and", "add": "or", "maximum": "or"}
 
 def binary(op: str, a, b):
     """``a <op> b`` for handles and scalars, promoted as PyTorch does."""
-    if op in _BOOL_OPS and promote(a, b) == "bool":
-        a, b = (x if type(x) is H else const(x, "bool") for x in (a, b))
-        if _BOOL_OPS[op] == "and":
-            return a.where_(b, const(False, "bool"))
-        return a.where_(const(True, "bool"), b)
-    if type(a) is not H:
-        d = promote(a, b)
-        return const(a, d).binary(op, cast(b, d))
-    if type(b) is H:
-        if b.dtype != a.dtype:
+    if type(a) is H:
+        da = a.dtype
+        if type(b) is H:
+            if b.dtype == da:
+                if da == "bool" and op in _BOOL_OPS:
+                    return _bool_op(op, a, b)
+                return a.binary(op, b)
             d = promote(a, b)
+            if d == "bool" and op in _BOOL_OPS:
+                return _bool_op(op, a, b)
             return cast(a, d).binary(op, cast(b, d))
+        if scalar_kind(b) > category(da):
+            a = cast(a, promote(a, b))
+        elif da == "bool" and op in _BOOL_OPS:
+            return _bool_op(op, a, b)
         return a.binary(op, b)
-    if scalar_kind(b) > category(a.dtype):
-        a = cast(a, promote(a, b))
-    return a.binary(op, b)
+    d = promote(a, b)
+    if d == "bool" and op in _BOOL_OPS:
+        return _bool_op(op, a, b)
+    return const(a, d).binary(op, cast(b, d))
+
+
+def _bool_op(op, a, b):
+    """Logical and/or for PyTorch's bool ``*``, ``+``, min and max."""
+    a, b = (x if type(x) is H else const(x, "bool") for x in (a, b))
+    if _BOOL_OPS[op] == "and":
+        return a.where_(b, const(False, "bool"))
+    return a.where_(const(True, "bool"), b)
 
 
 def _scaled(b, alpha):
