@@ -107,12 +107,15 @@ def _special(name, func, args, kwargs):
         if type(src) is not LazyTensor and isinstance(src, torch.Tensor):  # host to device
             return _inplace(func, name, (dst, wrap(upload(src))) + tuple(args[2:]), kwargs)
         return None
+    if name in ("native_batch_norm", "_native_batch_norm_legit") and len(args) >= 8:
+        return _batch_norm(args, kwargs)
     if name == "is_same_size":
         return tuple(args[0].shape) == tuple(args[1].shape)
     return None
 
 
-_SPECIAL_NAMES = {"_local_scalar_dense", "_to_copy", "equal", "copy_", "is_same_size"}
+_SPECIAL_NAMES = {"_local_scalar_dense", "_to_copy", "equal", "copy_", "is_same_size",
+                  "native_batch_norm", "_native_batch_norm_legit"}
 # Per ATen overload: (name, kind, lowering); kind 0 plain, 1 special,
 # 2 foreach, 3 in-place.
 _PLANS: dict = {}
@@ -130,6 +133,19 @@ def _plan(func):
         kind = 0
     p = _PLANS[func] = (name, kind, lookup(func), f"aten::{name}")
     return p
+
+
+def _batch_norm(args, kwargs):
+    """Batch norm in training updates its running statistics in place."""
+    from ._lower import more
+
+    x, w, b, rm, rv, training, momentum, eps = args[:8]
+    u = unwrap
+    out = more.native_batch_norm(u(x), u(w), u(b), u(rm), u(rv), training, momentum, eps)
+    if training and type(rm) is LazyTensor and type(rv) is LazyTensor:
+        new_m, new_v = more.batch_stats_update(u(x), out[1], out[2], rm._t, rv._t, momentum, eps)
+        rm._t, rv._t = new_m, new_v
+    return wrap_out(out)
 
 
 def dispatch(func, args, kwargs):

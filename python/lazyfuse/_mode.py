@@ -18,7 +18,7 @@ from torch.overrides import TorchFunctionMode
 from . import _C
 from ._core import LazyTensor, download, dtype_name, set_site, sync_grad_mode, upload, where, wrap
 from ._dispatch import unwrap, wrap_out
-from ._lower import TABLE, cast, elementwise as ew, factory, nn, reduce, shape
+from ._lower import TABLE, cast, elementwise as ew, factory, more, nn, reduce, shape
 
 LazyfuseError = _C.LazyfuseError
 T = torch.Tensor
@@ -114,7 +114,8 @@ def _grad_set(x, g):
 
 
 def _requires_grad_(x, on=True):
-    x._t.set_requires_grad(bool(on))
+    if on or x._t.requires_grad:
+        x._t.set_requires_grad(bool(on))
     return x
 
 
@@ -214,6 +215,8 @@ _fast([T.expand], lambda x, *size, **k: shape.expand(
     x, size[0] if len(size) == 1 and not isinstance(size[0], int) else size))
 _fast([F.silu], lambda x, inplace=False: ew.silu(x))
 _fast([T.float], lambda x, memory_format=None: cast(x, "float32"))
+_fast([F.max_pool2d], more.max_pool2d)
+_fast([F.avg_pool2d], TABLE["avg_pool2d"])
 _fast([T.type_as], lambda x, other: cast(x, other.dtype))
 _fast([T.minimum, torch.minimum], lambda a, b: ew.binary("minimum", a, b))
 _fast([T.sum, torch.sum], reduce.sum_)

@@ -1,4 +1,5 @@
-"""``model.to("lazyfuse")`` keeps tied parameters tied.
+"""``model.to("lazyfuse")`` keeps tied parameters tied, and an optimizer
+step on lazyfuse parameters ends the step's graph.
 
 PyTorch moves a parameter to a device it cannot share storage with by
 making a new ``Parameter`` per module, so a weight two modules share (tied
@@ -10,7 +11,10 @@ are one after it.
 from __future__ import annotations
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
+from . import _C
+from ._core import LazyTensor
 from ._mode import is_ours
 
 _orig_to = torch.nn.Module.to
@@ -46,3 +50,18 @@ def to(self, *args, **kwargs):
 
 to.__doc__ = _orig_to.__doc__
 torch.nn.Module.to = to
+
+
+def _step_boundary(optimizer, args, kwargs):
+    """After ``optimizer.step()`` on lazyfuse parameters: hand the step's
+    graph to the runtime (without waiting), as the Rust optimizers do. A
+    loop that reads nothing between steps (the loss printed every 10 steps)
+    would otherwise grow one graph over many steps."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if type(p) is LazyTensor:
+                _C.flush()
+                return
+
+
+register_optimizer_step_post_hook(_step_boundary)

@@ -271,6 +271,21 @@ impl PyTensor {
         at(|| self.t.conv2d(w, b, stride, padding, dilation, groups)).map(PyTensor::new)
     }
 
+    /// 2-D pooling of an NCHW input: `max` or `avg` (padding counted).
+    fn pool2d(
+        &self,
+        kind: &str,
+        kernel: (usize, usize),
+        stride: (usize, usize),
+        padding: (usize, usize),
+    ) -> PyResult<PyTensor> {
+        match kind {
+            "max" => at(|| self.t.max_pool2d(kernel, stride, padding)).map(PyTensor::new),
+            "avg" => at(|| self.t.avg_pool2d(kernel, stride, padding)).map(PyTensor::new),
+            _ => Err(bad(kind, "pooling")),
+        }
+    }
+
     fn dynamic_update_slice(
         &self,
         update: &Bound<'_, PyTensor>,

@@ -123,6 +123,13 @@ fn sync(py: Python<'_>) {
     py.detach(lazyfuse::sync)
 }
 
+/// Hands this thread's pending graph to the executor and returns at once
+/// (a step boundary: the next step records while this one runs).
+#[pyfunction]
+fn flush() {
+    lazyfuse::flush()
+}
+
 /// Every runtime counter (compiles, cache hits, flushes, recompiles, ...).
 #[pyfunction]
 fn counters(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
@@ -182,6 +189,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(manual_seed, m)?)?;
     m.add_function(wrap_pyfunction!(set_grad_enabled, m)?)?;
     m.add_function(wrap_pyfunction!(sync, m)?)?;
+    m.add_function(wrap_pyfunction!(flush, m)?)?;
     m.add_function(wrap_pyfunction!(counters, m)?)?;
     m.add_function(wrap_pyfunction!(report, m)?)?;
     m.add_function(wrap_pyfunction!(recompiles, m)?)?;

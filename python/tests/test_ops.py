@@ -77,6 +77,30 @@ CASES = [
     ("sdpa_causal", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
      [r(1, 2, 5, 4), r(1, 2, 5, 4), r(1, 2, 5, 4)]),
     ("mse", F.mse_loss, [r(4, 3), r(4, 3)]),
+    ("cosh_sinh", lambda a: a.cosh() + a.sinh(), [r(6)]),
+    ("log10", torch.log10, [pos(6)]),
+    ("round", lambda a: torch.round(a * 2.5), [torch.tensor([-1.0, -0.6, -0.2, 0.2, 0.6, 1.0, 1.4])]),
+    ("fmod", lambda a: torch.fmod(a, 0.7), [r(8)]),
+    ("diagonal", lambda a: torch.diagonal(a, 1), [r(4, 5)]),
+    ("diagonal_batched", lambda a: torch.diagonal(a, 0, 1, 2), [r(2, 3, 3)]),
+    ("elu", F.elu, [r(8)]),
+    ("group_norm", lambda a, w, b: F.group_norm(a, 2, w, b), [r(2, 4, 3, 3), r(4), r(4)]),
+    ("batch_norm_eval", lambda a, m, v: F.batch_norm(a, m.detach(), v.detach(), training=False),
+     [r(3, 4, 2, 2), r(4), pos(4)]),
+    ("batch_norm_train", lambda a: F.batch_norm(a, None, None, training=True), [r(3, 4, 2, 2)]),
+    ("batch_norm_module", lambda a: torch.nn.BatchNorm2d(4).train().to(a.device)(a),
+     [r(3, 4, 2, 2)]),
+    ("reflect_pad", lambda a: F.pad(a, (2, 1), mode="reflect"), [r(2, 3, 6)]),
+    ("replicate_pad2d", lambda a: F.pad(a, (1, 2, 2, 1), mode="replicate"), [r(1, 2, 4, 5)]),
+    ("constant_pad", lambda a: F.pad(a, (1, 2), value=0.5), [r(3, 4)]),
+    ("max_pool2d", lambda a: F.max_pool2d(a, 2), [r(1, 2, 6, 6)]),
+    ("avg_pool2d", lambda a: F.avg_pool2d(a, 3, stride=2, padding=1), [r(1, 2, 7, 7)]),
+    ("adaptive_avg_pool", lambda a: F.adaptive_avg_pool2d(a, 2), [r(1, 3, 4, 6)]),
+    ("upsample_nearest", lambda a: F.interpolate(a, scale_factor=2, mode="nearest"), [r(1, 2, 3, 3)]),
+    ("conv2d", lambda a, w, b: F.conv2d(a, w, b, padding=1), [r(1, 3, 6, 6), r(4, 3, 3, 3), r(4)]),
+    ("scatter_add", lambda a, s, i: a.scatter_add(1, i, s),
+     [r(2, 4), r(2, 3), torch.tensor([[0, 1, 0], [2, 2, 1]])]),
+    ("slice_assign_functional", lambda a, b: torch.slice_scatter(a, b, 1, 1, 3), [r(3, 5), r(3, 2)]),
 ]
 
 
@@ -114,6 +138,8 @@ INT_CASES = [
     ("sum_int", lambda a: a.sum(), [torch.arange(10, dtype=torch.int32)]),
     ("to_dtype", lambda a: a.to(torch.float64) * 3, [r(4)]),
     ("bool_any", lambda a: (a > 1).any(), [r(20)]),
+    ("logical_xor", lambda a: torch.logical_xor(a > 0, a > 0.5), [r(10)]),
+    ("isin", torch.isin, [torch.arange(6), torch.tensor([1, 3])]),
     ("cross_entropy", lambda a, t: F.cross_entropy(a, t), [r(6, 5), torch.tensor([0, 1, 4, 2, 3, 1])]),
     ("cross_entropy_ignore", lambda a, t: F.cross_entropy(a, t, ignore_index=1),
      [r(6, 5), torch.tensor([0, 1, 4, 2, 3, 1])]),
@@ -154,6 +180,21 @@ def test_reads_are_sync_points():
     assert "lazyfuse" in repr(y)
     assert float(y[0]) == 2.0
     assert y.numpy().tolist() == [2.0, -4.0, 6.0]
+
+
+def test_batch_norm_updates_running_stats():
+    bn = torch.nn.BatchNorm2d(4)
+    dev = torch.nn.BatchNorm2d(4).to("lazyfuse")
+    for _ in range(3):
+        x = torch.randn(5, 4, 3, 3)
+        assert_close(dev(x.to("lazyfuse")), bn(x).detach(), atol=1e-5, rtol=1e-5)
+    assert_close(dev.running_mean, bn.running_mean)
+    assert_close(dev.running_var, bn.running_var)
+    assert int(dev.num_batches_tracked.item()) == 3
+    bn.eval()
+    dev.eval()
+    x = torch.randn(2, 4, 3, 3)
+    assert_close(dev(x.to("lazyfuse")), bn(x).detach())
 
 
 def test_inplace_ops_update_the_tensor():
