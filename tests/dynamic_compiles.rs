@@ -470,3 +470,53 @@ fn bucketed_uploads_that_require_grad_keep_their_shape() {
         assert!(sums.iter().all(|s| (s - 1.0).abs() < 1e-5), "{sums:?}");
     }
 }
+
+/// A square causal mask made at one line for prompts of new lengths
+/// (`ones([t, t])`, as PyTorch programs write it) buckets both of its
+/// axes: the loop compiles per bucket, not per length, and the values
+/// equal exact shapes.
+#[test]
+fn square_masks_of_new_lengths_compile_once_per_bucket() {
+    let _l = metrics_lock();
+    let d = dev();
+    let run = |t: usize| -> Vec<f32> {
+        let x = Tensor::randn(&[t, C], 7 + t as u64, &d).unwrap();
+        let ones = Tensor::ones(&[t, t], lazyfuse::DType::F32, &d).unwrap();
+        let r = Tensor::arange(0.0, t as f64, lazyfuse::DType::I64, &d).unwrap();
+        let keep = r
+            .unsqueeze(1)
+            .unwrap()
+            .ge(&r.unsqueeze(0).unwrap())
+            .unwrap();
+        let zero = Tensor::zeros(&[], lazyfuse::DType::F32, &d).unwrap();
+        let mask = keep.where_cond(&ones, &zero).unwrap();
+        let att = x
+            .matmul(&x.transpose(0, 1).unwrap())
+            .unwrap()
+            .mul(&mask)
+            .unwrap();
+        att.matmul(&x)
+            .unwrap()
+            .sum(-1, false)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap()
+    };
+    let lens = [5usize, 9, 12, 17, 23, 28, 31, 37, 45, 60];
+    let c0 = compiles();
+    let got: Vec<Vec<f32>> = lens.iter().map(|&l| run(l)).collect();
+    let used = compiles() - c0;
+    assert!(used <= 6, "10 lengths compiled {used} executables");
+    set_auto_dynamic(false);
+    let exact: Vec<Vec<f32>> = lens.iter().map(|&l| run(l)).collect();
+    set_auto_dynamic(true);
+    for (l, (e, g)) in lens.iter().zip(exact.iter().zip(&got)) {
+        assert_eq!(e.len(), g.len(), "length {l}");
+        for (a, b) in e.iter().zip(g) {
+            assert!(
+                (a - b).abs() <= 1e-4 * (1.0 + a.abs()),
+                "length {l}: {a} vs {b}"
+            );
+        }
+    }
+}

@@ -1,8 +1,9 @@
 //! Automatic dynamic axes: what each recording site produced last time.
 //!
 //! A site is a source line and an op kind. When a site's call produces a
-//! result whose size differs along exactly one axis from the same call one
-//! step earlier (a `cat` that grows a cache, a prompt of a new length, a
+//! result whose size differs in one length from the same call one
+//! step earlier (along one axis, or along every axis that had that length:
+//! a square attention mask) (a `cat` that grows a cache, a prompt of a new length, a
 //! batch of a new size; a step is what runs between two host reads or
 //! `sync()` calls; `realize()` does not end one), that
 //! change is exactly what would compile a new executable: the axis is
@@ -86,21 +87,20 @@ pub(crate) fn observe(loc: Origin, kind: Kind, dims: &[usize], start: usize) -> 
         if let Some((was, was_start)) = site.prev.get(k) {
             let mut marked = None;
             if was.rank() == dims.len() {
-                let mut changed = was
-                    .dims()
-                    .iter()
-                    .zip(dims)
-                    .enumerate()
-                    .filter(|(_, (w, n))| w != n);
-                if let (Some((a, _)), None) = (changed.next(), changed.next()) {
-                    if a < 32 && site.mask & (1 << a) == 0 {
-                        site.mask |= 1 << a;
-                        marked = Some(format!(
-                            "axis {a} of {kind:?} ({} -> {})",
-                            was.dims()[a],
-                            dims[a]
-                        ));
-                    }
+                let new = one_changed_length(was.dims(), dims) & !site.mask;
+                if new != 0 {
+                    site.mask |= new;
+                    let a = new.trailing_zeros() as usize;
+                    marked = Some(format!(
+                        "axis {a} of {kind:?} ({} -> {}){}",
+                        was.dims()[a],
+                        dims[a],
+                        if new.count_ones() > 1 {
+                            " and the axes with the same length"
+                        } else {
+                            ""
+                        }
+                    ));
                 }
             }
             if *was_start != start && !site.runtime_start {
@@ -120,6 +120,30 @@ pub(crate) fn observe(loc: Origin, kind: Kind, dims: &[usize], start: usize) -> 
         }
         (site.mask & !sole_length_axes(dims), site.runtime_start)
     })
+}
+
+/// The axes to mark when a call's result changed from `was` to `dims`:
+/// those that changed, when they all changed from one length to one other
+/// length (one length that moved: a prompt of a new length along one axis,
+/// or along both axes of a square attention mask). Axes that changed to
+/// different lengths (an initialiser uploading weights of many shapes at
+/// one line) mark nothing.
+fn one_changed_length(was: &[usize], dims: &[usize]) -> u32 {
+    let mut change = None;
+    let mut mask = 0u32;
+    for (a, (&w, &n)) in was
+        .iter()
+        .zip(dims)
+        .enumerate()
+        .filter(|(_, (w, n))| w != n)
+    {
+        if a >= 32 || change.is_some_and(|c| c != (w, n)) {
+            return 0;
+        }
+        change = Some((w, n));
+        mask |= 1 << a;
+    }
+    mask
 }
 
 /// The axes of `dims` whose length is the only one its capacity holds
@@ -191,4 +215,23 @@ pub(crate) fn for_op(op: &Op, shape: &Shape, loc: Origin) -> (u32, bool) {
 /// Forgets what this thread's sites learnt (tests that need a fresh start).
 pub fn reset_dynamic_sites() {
     SITES.with(|s| s.borrow_mut().clear());
+}
+
+#[cfg(test)]
+mod one_length_tests {
+    use super::one_changed_length;
+
+    #[test]
+    fn one_length_that_moved_marks_every_axis_it_was_on() {
+        assert_eq!(one_changed_length(&[4, 8], &[4, 9]), 0b10);
+        assert_eq!(one_changed_length(&[19, 19], &[26, 26]), 0b11);
+        assert_eq!(
+            one_changed_length(&[2, 19, 19, 16], &[2, 26, 26, 16]),
+            0b110
+        );
+        // Different lengths (weights of other shapes at one line): nothing.
+        assert_eq!(one_changed_length(&[784, 1024], &[1024, 10]), 0);
+        assert_eq!(one_changed_length(&[3, 5], &[4, 6]), 0);
+        assert_eq!(one_changed_length(&[3, 5], &[3, 5]), 0);
+    }
 }
