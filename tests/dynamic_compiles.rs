@@ -483,11 +483,7 @@ fn square_masks_of_new_lengths_compile_once_per_bucket() {
         let x = Tensor::randn(&[t, C], 7 + t as u64, &d).unwrap();
         let ones = Tensor::ones(&[t, t], lazyfuse::DType::F32, &d).unwrap();
         let r = Tensor::arange(0.0, t as f64, lazyfuse::DType::I64, &d).unwrap();
-        let keep = r
-            .unsqueeze(1)
-            .unwrap()
-            .ge(&r.unsqueeze(0).unwrap())
-            .unwrap();
+        let keep = r.unsqueeze(1).unwrap().ge(r.unsqueeze(0).unwrap()).unwrap();
         let zero = Tensor::zeros(&[], lazyfuse::DType::F32, &d).unwrap();
         let mask = keep.where_cond(&ones, &zero).unwrap();
         let att = x
