@@ -16,24 +16,19 @@ def binary(op: str, a, b):
     """``a <op> b`` for handles and scalars, promoted as PyTorch does."""
     if type(a) is H:
         da = a.dtype
-        if type(b) is H:
-            if b.dtype == da:
-                if da == "bool" and op in _BOOL_OPS:
-                    return _bool_op(op, a, b)
-                return a.binary(op, b)
-            d = promote(a, b)
-            if d == "bool" and op in _BOOL_OPS:
+        if type(b) is not H:
+            if scalar_kind(b) > category(da):
+                return a.to_dtype(promote(a, b)).binary(op, b)
+            if da == "bool" and op in _BOOL_OPS:
                 return _bool_op(op, a, b)
-            return cast(a, d).binary(op, cast(b, d))
-        if scalar_kind(b) > category(da):
-            a = cast(a, promote(a, b))
-        elif da == "bool" and op in _BOOL_OPS:
-            return _bool_op(op, a, b)
-        return a.binary(op, b)
+            return a.binary(op, b)
+        if b.dtype == da and da != "bool":
+            return a.binary(op, b)
     d = promote(a, b)
     if d == "bool" and op in _BOOL_OPS:
         return _bool_op(op, a, b)
-    return const(a, d).binary(op, cast(b, d))
+    a = cast(a, d) if type(a) is H else const(a, d)
+    return a.binary(op, cast(b, d))
 
 
 def _bool_op(op, a, b):
