@@ -404,6 +404,36 @@ fn a_shorter_length_shares_the_warm_bucket_above() {
     }
 }
 
+/// Device random draws whose size changes at their line (a dropout mask
+/// per prompt, noise per batch) are drawn padded, and every logical
+/// element is the one an exact draw gives, bit for bit, with zero or
+/// poisoned padding: with the varying axis first, after a batch axis, and
+/// in the middle.
+fn random_draws_match_exact_shapes() {
+    let d = dev();
+    for poison in [false, true] {
+        set_poison_padding(poison);
+        for (step, &len) in EDGES.iter().chain(&[9, 40]).enumerate() {
+            let key = 500 + step as u64;
+            let draws = || {
+                [&[len, 3][..], &[2, len], &[2, len, 3]]
+                    .map(|dims| Tensor::rand_uniform(dims, DType::F32, key, &d).unwrap())
+            };
+            let got = draws();
+            let want = set_auto_dynamic_off(draws);
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(g.dims(), w.dims());
+                let (g, w) = (g.to_vec::<f32>().unwrap(), w.to_vec::<f32>().unwrap());
+                assert_eq!(g, w, "length {len}, poison {poison}");
+            }
+            if step >= 2 && len > 2 {
+                assert!(!got[1].dynamic_axes().is_empty(), "length {len}");
+            }
+        }
+    }
+    set_poison_padding(false);
+}
+
 /// `f` with automatic dynamic axes off on this thread.
 fn set_auto_dynamic_off<R>(f: impl FnOnce() -> R) -> R {
     set_auto_dynamic(false);
@@ -413,6 +443,7 @@ fn set_auto_dynamic_off<R>(f: impl FnOnce() -> R) -> R {
 }
 
 test_device!(
+    random_draws_match_exact_shapes,
     a_sole_length_stays_static,
     a_shorter_length_shares_the_warm_bucket_above,
     a_cat_of_steady_length_stays_exact,

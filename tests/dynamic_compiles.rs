@@ -10,6 +10,8 @@ use lazyfuse::{metrics, set_auto_dynamic, with_origin, Device, Origin, Result, T
 
 const VOCAB: usize = 32;
 const C: usize = 16;
+/// Positions the decoder can embed.
+const MAX_POS: usize = 256;
 
 fn weights(dims: &[usize], seed: u64, d: &Device) -> Tensor {
     let n: usize = dims.iter().product();
@@ -33,7 +35,7 @@ impl Decoder {
     fn new(d: &Device) -> Decoder {
         Decoder {
             wte: weights(&[VOCAB, C], 1, d),
-            wpe: weights(&[128, C], 2, d),
+            wpe: weights(&[MAX_POS, C], 2, d),
             wqkv: weights(&[C, 3 * C], 3, d),
             head: weights(&[C, VOCAB], 4, d),
         }
@@ -515,4 +517,166 @@ fn bucketed_like_exact(
             );
         }
     }
+}
+
+/// A 160-step decode loop over a `cat`-grown cache: a bucket boundary
+/// costs one compile, not two (the step that crosses it runs the new
+/// bucket's executable), so after step 16 the loop compiles at most once
+/// per bucket it enters; the logits equal a full recompute.
+#[test]
+fn a_long_decode_compiles_once_per_bucket_boundary() {
+    let _l = metrics_lock();
+    let d = dev();
+    let m = Decoder::new(&d);
+    let p = prompt(5);
+    let mut cache = None;
+    let mut logits = m.forward(&p, 0, &mut cache).unwrap();
+    let mut seq = p.clone();
+    let mut per_step = Vec::new();
+    let mut all = Vec::new();
+    for i in 0..160 {
+        let c0 = compiles();
+        let l = logits.to_vec::<f32>().unwrap();
+        let tok = logits.argmax(-1, false).unwrap().to_vec::<i64>().unwrap()[0];
+        all.push(l);
+        seq.push(tok);
+        logits = m.forward(&[tok], p.len() + i, &mut cache).unwrap();
+        per_step.push(compiles() - c0);
+    }
+    let late: u64 = per_step[16..].iter().sum();
+    assert!(late <= 4, "after step 16: {late} compiles {per_step:?}");
+    // Every step's logits equal a full forward over the sequence so far,
+    // on exact shapes.
+    set_auto_dynamic(false);
+    for (i, logits) in all.iter().enumerate() {
+        let full = m.forward(&seq[..p.len() + i], 0, &mut None).unwrap();
+        for (a, b) in full.to_vec::<f32>().unwrap().iter().zip(logits) {
+            assert!(
+                (a - b).abs() <= 1e-4 * (1.0 + a.abs()),
+                "step {i}: {a} vs {b}"
+            );
+        }
+    }
+    set_auto_dynamic(true);
+}
+
+/// Device random draws of a varying size (dropout masks, noise) bucket
+/// like uploads, and each logical element gets the value an exact draw
+/// gives it: the bucketed loop computes the exact loop's numbers, bit for
+/// bit, whether the varying axis comes first (`[len, C]`) or after a batch
+/// axis (`[3, len]`, drawn flat and picked by logical index).
+#[test]
+fn random_draws_of_varying_size_compile_once_per_bucket() {
+    let _l = metrics_lock();
+    let d = dev();
+    let f32 = lazyfuse::DType::F32;
+    let w = weights(&[C, C], 11, &d);
+    let lens = [5usize, 9, 17, 23, 31, 40, 47, 55, 60, 63];
+    let rows = |len: usize| -> Vec<f32> {
+        let x = Tensor::ones(&[len, C], f32, &d).unwrap();
+        let keep = Tensor::rand_uniform(&[len, C], f32, 40 + len as u64, &d)
+            .unwrap()
+            .ge(0.3)
+            .unwrap();
+        let y = x
+            .mul(keep.to_dtype(f32).unwrap())
+            .unwrap()
+            .matmul(&w)
+            .unwrap();
+        y.sum(-1, false).unwrap().to_vec::<f32>().unwrap()
+    };
+    bucketed_like_exact(&lens, rows, 6, 0.0);
+    let batched = |len: usize| -> Vec<f32> {
+        let noise = Tensor::rand_uniform(&[3, len], f32, 70 + len as u64, &d).unwrap();
+        noise.to_vec::<f32>().unwrap()
+    };
+    bucketed_like_exact(&lens, batched, 6, 0.0);
+}
+
+/// `*_like` of a value with dynamic axes has its axes and capacities from
+/// the first call, and `eye` of a varying size buckets like `arange`: a
+/// prefill loop using them compiles per bucket and computes the exact
+/// loop's values.
+#[test]
+fn like_and_eye_of_varying_size_compile_once_per_bucket() {
+    let _l = metrics_lock();
+    let d = dev();
+    let f32 = lazyfuse::DType::F32;
+    let lens = [5usize, 9, 17, 23, 31, 40, 47, 55, 60, 63];
+    let run = |len: usize| -> Vec<f32> {
+        let x = Tensor::randn(&[len, C], 300 + len as u64, &d).unwrap();
+        let (z, o) = (x.zeros_like().unwrap(), x.ones_like().unwrap());
+        let h = x.full_like(0.5).unwrap();
+        assert_eq!(
+            z.dynamic_axes(),
+            x.dynamic_axes(),
+            "zeros_like keeps the axes"
+        );
+        assert_eq!(h.dims(), x.dims());
+        let e = Tensor::eye(len, f32, &d).unwrap();
+        let y = e.matmul(&x).unwrap().add(&o).unwrap().sub(&z).unwrap();
+        y.mul(&h)
+            .unwrap()
+            .sum(-1, false)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap()
+    };
+    bucketed_like_exact(&lens, run, 6, 0.0);
+    let eye = Tensor::eye(3, f32, &d).unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(eye, [1., 0., 0., 0., 1., 0., 0., 0., 1.]);
+}
+
+/// `explain` says which sizes stayed static and why (lengths that moved
+/// to different lengths at one line; a reshape that merges a dynamic
+/// axis), which became dynamic, and where a cache was grown outside the
+/// program at a bucket boundary.
+#[test]
+fn explain_says_which_sizes_stayed_static_and_why() {
+    let _l = metrics_lock();
+    let d = dev();
+    metrics::set_timing(true);
+    let mut lines = Vec::new();
+    for dims in [[3usize, 5], [4, 6]] {
+        let v = vec![1f32; dims[0] * dims[1]];
+        let (x, line) = (Tensor::from_slice(&v, &dims, &d).unwrap(), line!());
+        lines.push(line);
+        x.sum(.., false).unwrap().item::<f32>().unwrap();
+    }
+    let mut cache: Option<Tensor> = None;
+    for step in 0..20 {
+        let row = Tensor::from_slice(&[step as f32; 4], &[1, 4], &d).unwrap();
+        let k = match &cache {
+            Some(c) => Tensor::cat(&[c, &row], 0).unwrap(),
+            None => row,
+        };
+        let (flat, merge) = (k.reshape(&[k.dims()[0] * 4]).unwrap(), line!());
+        lines.push(merge);
+        flat.sum(.., false).unwrap().item::<f32>().unwrap();
+        cache = Some(k);
+    }
+    metrics::set_timing(false);
+    let said = metrics::recent_output_decisions();
+    let has = |start: &str, line: u32, rest: &str| {
+        let at = format!("{}:{line}", file!());
+        said.iter()
+            .any(|s| s.starts_with(start) && s.contains(&at) && s.contains(rest))
+    };
+    assert!(
+        has("static: Upload", lines[0], "moved to different lengths"),
+        "{said:#?}"
+    );
+    assert!(
+        has("static: reshape", lines[2], "cut to exact shapes"),
+        "{said:#?}"
+    );
+    assert!(
+        said.iter().any(|s| s.starts_with("dynamic: axis 0 of Cat")),
+        "{said:#?}"
+    );
+    assert!(
+        said.iter()
+            .any(|s| s.contains("grown 16 -> 32 outside the program")),
+        "{said:#?}"
+    );
 }

@@ -170,6 +170,9 @@ counters!(
     /// Axes (and `narrow` starts) a recording site marked dynamic because
     /// its result changed size from one step to the next.
     dynamic_marks,
+    /// Computed values padded to a larger capacity by a host copy, outside
+    /// any program (a `cat`-grown cache entering its next bucket).
+    dynamic_regrows,
     /// Collective ops (all-reduce, all-gather, reduce-scatter, all-to-all,
     /// collective-permute) in the SPMD programs executed, as one device
     /// runs them (XLA's combiner may bucket many into one).
@@ -468,6 +471,12 @@ pub(crate) fn left_out(what: String) {
 /// Notes an axis marked dynamic (`what`: op, axis, sizes, recording line).
 pub(crate) fn dynamic_marked(what: String) {
     keep_output_event(format!("dynamic: {what}"));
+}
+
+/// Notes a size that changed but stayed static (`what`: the site, the
+/// sizes, and why), so `explain` says what compiles per shape.
+pub(crate) fn dynamic_static(what: String) {
+    keep_output_event(format!("static: {what}"));
 }
 
 /// Notes a left-out tensor computed after all (`what`: op, type,

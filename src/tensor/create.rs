@@ -142,13 +142,41 @@ impl Tensor {
     /// Zeros with this tensor's shape, dtype and device.
     #[track_caller]
     pub fn zeros_like(&self) -> Result<Tensor> {
-        Tensor::full(0.0, self.dims(), self.dtype(), self.device())
+        self.full_like(0.0)
     }
 
     /// Ones with this tensor's shape, dtype and device.
     #[track_caller]
     pub fn ones_like(&self) -> Result<Tensor> {
-        Tensor::full(1.0, self.dims(), self.dtype(), self.device())
+        self.full_like(1.0)
+    }
+
+    /// `value` with this tensor's shape, dtype and device. A tensor with
+    /// dynamic axes gives one with the same axes and capacities, so the
+    /// result of every length in a bucket shares one executable.
+    #[track_caller]
+    pub fn full_like(&self, value: f64) -> Result<Tensor> {
+        let loc = crate::site::caller();
+        if self.logical().is_none() {
+            return crate::with_origin(loc, || {
+                Tensor::full(value, self.dims(), self.dtype(), self.device())
+            });
+        }
+        let v = crate::with_origin(loc, || {
+            Tensor::full(value, &[], self.dtype(), self.device())
+        })?;
+        super::dynamic::broadcast_like(&v, self, loc)
+    }
+
+    /// The `n` x `n` identity matrix: ones on the diagonal. Built from one
+    /// `arange` compared with itself, so an `n` that changes at a line
+    /// buckets like `arange` does (one executable per bucket).
+    #[track_caller]
+    pub fn eye(n: usize, dtype: DType, device: &Device) -> Result<Tensor> {
+        crate::with_origin(crate::site::caller(), || {
+            let i = Tensor::arange(0.0, n as f64, DType::I32, device)?;
+            i.unsqueeze(1)?.eq(&i.unsqueeze(0)?)?.to_dtype(dtype)
+        })
     }
 
     /// `[start, end)` with step 1, like `numpy.arange`.

@@ -25,10 +25,11 @@
 
 mod ops;
 mod pad;
+mod random;
 pub(crate) mod sites;
 mod slice;
 
-pub(crate) use ops::{apply, nullary};
+pub(crate) use ops::{apply, broadcast_like, nullary};
 pub(crate) use pad::{pad_host, unpad_host};
 
 use super::Tensor;

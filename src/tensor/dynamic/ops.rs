@@ -114,6 +114,9 @@ pub(crate) fn apply(
         }
         Op::MatMul => matmul(&ctx, v(0), v(1), &shape)?,
         Op::IndexSelect { axis } => index_select(&ctx, v(0), v(1), *axis, &shape)?,
+        Op::RandomUniform { dtype, .. } if site.0 != 0 => {
+            super::random::rand_uniform(&ctx, v(0), &shape, *dtype, site.0)?
+        }
         Op::Input { .. }
         | Op::Constant { .. }
         | Op::Arange { .. }
@@ -148,6 +151,16 @@ fn exact(ctx: &Ctx<'_>, v: &V, what: &str) -> Result<V> {
                 v.cap(a)
             ),
             format!("{}{}", v.dtype(), v.shape),
+        ));
+    }
+    if v.mask != 0 && crate::metrics::explaining() {
+        crate::metrics::dynamic_static(format!(
+            "{} {}{} at {}:{} cut to exact shapes ({what} cannot run on padded values): compiled per length",
+            ctx.name,
+            v.dtype(),
+            v.shape,
+            ctx.loc.file(),
+            ctx.loc.line()
         ));
     }
     let mut t = v.t.clone();
@@ -297,6 +310,25 @@ fn broadcast(ctx: &Ctx<'_>, x: &V, r: &Shape, site: u32) -> Result<V> {
         .collect();
     let t = ctx.rec(Op::BroadcastTo(Shape::new(&phys)), &[P::T(t)])?;
     Ok(V::with_axes(t, r, &axes))
+}
+
+/// `x` broadcast to `like`'s logical shape with `like`'s dynamic axes and
+/// capacities: a `zeros_like` of a value with dynamic axes is dynamic
+/// from its first call, in the same bucket, instead of being learnt by its
+/// line after a length has changed there.
+pub(crate) fn broadcast_like(x: &Tensor, like: &Tensor, loc: Origin) -> Result<Tensor> {
+    let l = V::of(like);
+    let ctx = Ctx {
+        device: like.device(),
+        loc,
+        name: "broadcast_to",
+    };
+    let axes: Vec<Option<(usize, usize)>> = (0..l.shape.rank())
+        .map(|a| l.is_dyn(a).then(|| (l.cap(a), l.limit.dims()[a])))
+        .collect();
+    let t = align(&ctx, &V::of(x), &l.shape, &axes, 0)?;
+    let t = ctx.rec(Op::BroadcastTo(l.t.shape.clone()), &[P::T(t)])?;
+    Ok(V::with_axes(t, &l.shape, &axes).into_tensor())
 }
 
 /// The view left after removing (or keeping as 1) the reduced `axes`.

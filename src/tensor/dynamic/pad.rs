@@ -3,6 +3,7 @@
 
 use super::{dim, fill, Ctx, P};
 use crate::lazy::TensorInner;
+use crate::metrics::FlushReason;
 use crate::Result;
 use lazyfuse_ir::{interp, CmpOp, DType, HostTensor, Literal, Op, Shape};
 use std::sync::Arc;
@@ -72,6 +73,41 @@ pub(super) fn mask(
         Op::Select,
         &[P::T(keep), P::T(x.clone()), P::S(value, x.dtype)],
     )
+}
+
+/// `x`, already computed (or being computed), padded to `cap` along
+/// `axis` outside any region: downloaded, filled as [`pad_to`] fills, and
+/// uploaded again. A cache that outgrows its bucket so enters the next one
+/// as the same buffer shape the next steps pass in: the step that crosses
+/// the boundary runs the new bucket's executable instead of compiling a
+/// growth program of its own (one compile per boundary, not two), at the
+/// cost of one copy of the cache, once per bucket. `None` where that does
+/// not apply (a value still recorded, a sharded one, a failed one: the
+/// graph pads it, and reports the failure where it is used).
+pub(super) fn regrow_computed(
+    ctx: &Ctx<'_>,
+    x: &Arc<TensorInner>,
+    axis: usize,
+    cap: usize,
+) -> Option<Arc<TensorInner>> {
+    if x.is_pending() || x.mesh().is_some() || x.shape.dims()[axis] >= cap {
+        return None;
+    }
+    let buf = x.materialize(FlushReason::Realize).ok()?;
+    let rt = &ctx.device.rt;
+    let host = rt.download(&buf).ok()?;
+    let padded = pad_host(&host, &[(axis, cap)]);
+    let grown = rt.upload(&padded, ctx.device.ordinal).ok()?;
+    crate::metrics::add(&crate::metrics::COUNTERS.dynamic_regrows, 1);
+    if crate::metrics::explaining() {
+        crate::metrics::dynamic_marked(format!(
+            "axis {axis} grown {} -> {cap} outside the program at {}:{}",
+            x.shape.dims()[axis],
+            ctx.loc.file(),
+            ctx.loc.line()
+        ));
+    }
+    Some(TensorInner::ready(grown, ctx.device))
 }
 
 /// A host array padded to `cap` along each `(axis, cap)` (uploads).

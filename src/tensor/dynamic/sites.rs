@@ -31,6 +31,8 @@ pub(crate) enum Kind {
     Narrow,
     /// `broadcast_to`.
     Broadcast,
+    /// `rand_uniform` (device draws).
+    Random,
 }
 
 /// Calls remembered per site and step (a site called more often than this
@@ -52,6 +54,8 @@ struct Site {
     /// The capacities this site has given each dynamic axis (axis,
     /// capacity): its warm buckets.
     warm: Vec<(usize, usize)>,
+    /// `explain` was told why a size that changed here stayed static.
+    told_static: bool,
 }
 
 thread_local! {
@@ -107,6 +111,16 @@ pub(crate) fn observe(loc: Origin, kind: Kind, dims: &[usize], start: usize) -> 
                 site.runtime_start = true;
                 marked = Some(format!("start of {kind:?} ({was_start} -> {start})"));
             }
+            let changed = was.dims() != dims;
+            if marked.is_none() && changed && !site.told_static && crate::metrics::explaining() {
+                site.told_static = true;
+                crate::metrics::dynamic_static(format!(
+                    "{kind:?} at {}:{} changed {was} -> {} on axes that moved to different lengths (not one length that moved): compiled per shape",
+                    loc.file(),
+                    loc.line(),
+                    Shape::new(dims)
+                ));
+            }
             if let Some(what) = marked {
                 crate::metrics::add(&crate::metrics::COUNTERS.dynamic_marks, 1);
                 if crate::metrics::explaining() {
@@ -118,7 +132,18 @@ pub(crate) fn observe(loc: Origin, kind: Kind, dims: &[usize], start: usize) -> 
         if k < CALLS_PER_STEP {
             site.cur.push((Shape::new(dims), start));
         }
-        (site.mask & !sole_length_axes(dims), site.runtime_start)
+        let sole = site.mask & sole_length_axes(dims);
+        if sole != 0 && !site.told_static && crate::metrics::explaining() {
+            site.told_static = true;
+            let a = sole.trailing_zeros() as usize;
+            crate::metrics::dynamic_static(format!(
+                "axis {a} of {kind:?} at {}:{} stays exact at length {}: the only length its capacity holds",
+                loc.file(),
+                loc.line(),
+                dims[a]
+            ));
+        }
+        (site.mask & !sole, site.runtime_start)
     })
 }
 
@@ -199,6 +224,7 @@ fn kind_of(op: &Op) -> Option<(Kind, usize)> {
         Op::Slice { start, .. } => (Kind::Narrow, *start),
         Op::BroadcastTo(_) => (Kind::Broadcast, 0),
         Op::Arange { .. } => (Kind::Arange, 0),
+        Op::RandomUniform { .. } => (Kind::Random, 0),
         _ => return None,
     })
 }

@@ -164,7 +164,16 @@ pub(super) fn cat(ctx: &Ctx<'_>, vs: &[&V], axis: usize, r: &Shape, site: u32) -
     let limit = axes[axis].map_or(0, |(_, l)| l);
     let cap = cat_capacity(ctx, vs, &parts[0], axis, total, limit)?;
     let slack = write_slack(vs, &parts, axis);
-    let mut buf = pad_to(ctx, &parts[0], axis, cap + slack, axis)?;
+    let mut first = parts[0].clone();
+    if vs[0].is_dyn(axis) && Arc::ptr_eq(&first, &vs[0].t) && vs[0].cap(axis) < cap {
+        // A computed cache that outgrows its capacity: copied into the
+        // new capacity outside the program, which then is the one every
+        // later length of this bucket runs.
+        if let Some(grown) = super::pad::regrow_computed(ctx, &first, axis, cap) {
+            first = grown;
+        }
+    }
+    let mut buf = pad_to(ctx, &first, axis, cap + slack, axis)?;
     let mut at = vs[0].len(axis);
     for (v, p) in vs[1..].iter().zip(&parts[1..]) {
         let op = Op::DynamicUpdateSlice { axis };
