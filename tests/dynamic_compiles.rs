@@ -680,3 +680,67 @@ fn explain_says_which_sizes_stayed_static_and_why() {
         "{said:#?}"
     );
 }
+
+/// Two `nn::Block`s decoding 160 positions with growing `LayerCache`s (a
+/// `cat` along axis 2 of `[B, heads, S, head_dim]`): after step 16 at most
+/// one compile per bucket boundary, and every position equals the full
+/// causal forward on exact shapes.
+#[test]
+fn cached_blocks_compile_once_per_bucket_boundary() {
+    use lazyfuse::nn::{Block, LayerCache, Module};
+    let _l = metrics_lock();
+    let d = dev();
+    let blocks = [
+        Block::new(C, 4, 0.0, 5, &d).unwrap(),
+        Block::new(C, 4, 0.0, 6, &d).unwrap(),
+    ];
+    let (b, prefill, steps) = (2, 5, 160);
+    let total = prefill + steps;
+    let x = weights(&[b, total, C], 21, &d);
+    let mut caches = [LayerCache::new(), LayerCache::new()];
+    let (mut per_step, mut got) = (Vec::new(), Vec::new());
+    let mut at = 0;
+    while at < total {
+        let n = if at == 0 { prefill } else { 1 };
+        let c0 = compiles();
+        // Inference, as decoding is run: without `no_grad` every step's
+        // activations stay reachable from the caches' autograd history.
+        let h = lazyfuse::no_grad(|| {
+            let mut h = x.narrow(1, at, n).unwrap();
+            for (blk, cache) in blocks.iter().zip(&mut caches) {
+                h = blk.forward_cached(&h, cache).unwrap();
+            }
+            h
+        });
+        got.push(h.to_vec::<f32>().unwrap());
+        per_step.push(compiles() - c0);
+        at += n;
+    }
+    let late: u64 = per_step[17..].iter().sum();
+    assert!(late <= 4, "after step 16: {late} compiles {per_step:?}");
+    set_auto_dynamic(false);
+    let mut full = x.clone();
+    for blk in &blocks {
+        full = blk.forward(&full).unwrap();
+    }
+    let full = full.to_vec::<f32>().unwrap();
+    set_auto_dynamic(true);
+    let mut at = 0;
+    for g in &got {
+        let n = g.len() / (b * C);
+        for bi in 0..b {
+            for t in 0..n {
+                for c in 0..C {
+                    let want = full[(bi * total + at + t) * C + c];
+                    let v = g[(bi * n + t) * C + c];
+                    assert!(
+                        (v - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                        "position {}: {v} vs {want}",
+                        at + t
+                    );
+                }
+            }
+        }
+        at += n;
+    }
+}
