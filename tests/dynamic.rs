@@ -434,6 +434,55 @@ fn random_draws_match_exact_shapes() {
     set_poison_padding(false);
 }
 
+/// Every op that takes a shape, called at one line with a length that
+/// changes (`zeros`, `ones`, `full`, `arange`, `eye`, `randn`, `rand`,
+/// `rand_uniform`, `*_like`), gives what exact shapes give at every bucket
+/// edge, combined with a value that has the length too; after the first
+/// lengths they run padded.
+fn creation_ops_match_exact_shapes() {
+    let d = dev();
+    let f32 = DType::F32;
+    for (step, &len) in [3usize, 5].iter().chain(&EDGES).enumerate() {
+        let key = 900 + step as u64;
+        let ops = || -> Vec<Tensor> {
+            let x = Tensor::from_slice(&values(len * 4, key), &[len, 4], &d).unwrap();
+            let mut made = vec![
+                Tensor::zeros(&[len, 4], f32, &d).unwrap(),
+                Tensor::ones(&[2, len], f32, &d).unwrap(),
+                Tensor::full(1.5, &[len, 4], f32, &d).unwrap(),
+                Tensor::arange(0.0, len as f64, f32, &d).unwrap(),
+                Tensor::eye(len, f32, &d).unwrap(),
+                Tensor::randn(&[len, 4], key, &d).unwrap(),
+                Tensor::rand(&[2, len], key, &d).unwrap(),
+                Tensor::rand_uniform(&[2, len, 3], f32, key, &d).unwrap(),
+                x.zeros_like().unwrap(),
+                x.full_like(-2.0).unwrap(),
+            ];
+            // Mixed with the operand, so padding meets padding.
+            let mixed = made[0].add(&x).unwrap().mul(&made[2]).unwrap();
+            let summed = made[4].matmul(&x).unwrap().sum(0, false).unwrap();
+            made.extend([mixed, summed]);
+            made
+        };
+        let got = ops();
+        let want = set_auto_dynamic_off(ops);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.dims(), w.dims(), "op {i} at length {len}");
+            let (g, w) = (g.to_vec::<f32>().unwrap(), w.to_vec::<f32>().unwrap());
+            assert_close(&format!("op {i} at length {len}"), &g, &w, 1e-6);
+        }
+        if step >= 3 && len > 2 {
+            let dynamic = got.iter().filter(|t| !t.dynamic_axes().is_empty()).count();
+            assert!(
+                dynamic >= 10,
+                "{dynamic} of {} padded at length {len}",
+                got.len()
+            );
+        }
+        lazyfuse::sync();
+    }
+}
+
 /// `f` with automatic dynamic axes off on this thread.
 fn set_auto_dynamic_off<R>(f: impl FnOnce() -> R) -> R {
     set_auto_dynamic(false);
@@ -443,6 +492,7 @@ fn set_auto_dynamic_off<R>(f: impl FnOnce() -> R) -> R {
 }
 
 test_device!(
+    creation_ops_match_exact_shapes,
     random_draws_match_exact_shapes,
     a_sole_length_stays_static,
     a_shorter_length_shares_the_warm_bucket_above,
