@@ -246,6 +246,11 @@ class LazyfuseMode(TorchFunctionMode):
     pops it)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if _is_compiling():
+            return _while_compiling(self, func, types, args, kwargs)
+        return self._intercept(func, types, args, kwargs)
+
+    def _intercept(self, func, types, args=(), kwargs=None):
         if args and type(args[0]) is LazyTensor:
             low = FAST.get(func)
             if low is not None:
@@ -304,3 +309,50 @@ class LazyfuseMode(TorchFunctionMode):
         if kwargs.get("requires_grad"):
             out._t.set_requires_grad(True)
         return out
+
+
+_is_compiling = torch.compiler.is_compiling
+
+
+def _touches_device(args, kwargs) -> bool:
+    """True when a call has a ``LazyTensor`` operand (or a list of them) or
+    makes one (``device="lazyfuse"``)."""
+    for a in args:
+        if type(a) is LazyTensor or (
+                isinstance(a, (list, tuple)) and a and type(a[0]) is LazyTensor):
+            return True
+    if kwargs:
+        if any(type(v) is LazyTensor for v in kwargs.values()):
+            return True
+        d = kwargs.get("device")
+        return d is not None and is_ours(d)
+    return False
+
+
+def _while_compiling(mode, func, types, args, kwargs):
+    """What the mode does while Dynamo traces: a call on CPU tensors is
+    traced as it stands (the ``torch.compile`` path for models left on the
+    CPU); a call on the device runs through ``_DEVICE_OP``, which Dynamo
+    skips instead of tracing (a ``LazyTensor`` holds a runtime handle, not
+    data a FakeTensor can stand for): a model moved to the device runs
+    under ``torch.compile`` as the fused eager device, with one clean skip
+    per op rather than breaks inside the mode's own Python."""
+    if _touches_device(args, kwargs):
+        return _DEVICE_OP[0](mode, func, types, args, kwargs)
+    return func(*args, **(kwargs or {}))
+
+
+def _device_op(mode, func, types, args, kwargs):
+    return mode._intercept(func, types, args, kwargs)
+
+
+# Replaced by a ``torch._dynamo.disable``-d ``_device_op`` when the
+# ``lazyfuse`` backend loads (importing Dynamo here would add most of a
+# second to ``import lazyfuse``).
+_DEVICE_OP = [_device_op]
+
+
+def skip_device_ops_in_dynamo() -> None:
+    """Makes Dynamo skip the mode's device path (see ``_while_compiling``)."""
+    import torch._dynamo
+    _DEVICE_OP[0] = torch._dynamo.disable(_device_op, recursive=True)

@@ -28,6 +28,49 @@ from . import _C
 from ._core import LazyTensor, download, upload
 from ._dispatch import LazyfuseFallbackWarning
 from ._lower import H, lookup
+from ._mode import skip_device_ops_in_dynamo
+
+# Ops on ``LazyTensor``s run as the fused eager device under any compiled
+# function: Dynamo skips them instead of tracing them.
+skip_device_ops_in_dynamo()
+
+
+def _on_device(mod, args, kwargs) -> bool:
+    """True when a compiled module's call involves the device: an input
+    ``LazyTensor``, or parameters moved there."""
+    for a in args:
+        if type(a) is LazyTensor:
+            return True
+    for a in kwargs.values():
+        if type(a) is LazyTensor:
+            return True
+    p = next(mod.parameters(), None)
+    return type(p) is LazyTensor
+
+
+def _device_models_run_fused_eager() -> None:
+    """``torch.compile(model)`` of a model on the device calls the model
+    itself: the fused eager device already records, fuses and caches whole
+    steps, while Dynamo cannot stand a FakeTensor in for a ``LazyTensor``
+    (it holds a runtime handle) and its guards would read PyTorch's C++
+    view of one (a meta tensor). Models and inputs on the CPU are compiled
+    by Dynamo and this backend as before."""
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    if getattr(OptimizedModule.__call__, "_lazyfuse", False):
+        return
+    compiled_call = OptimizedModule.__call__
+
+    def __call__(self, *args, **kwargs):
+        if _on_device(self._orig_mod, args, kwargs):
+            return self._orig_mod(*args, **kwargs)
+        return compiled_call(self, *args, **kwargs)
+
+    __call__._lazyfuse = True
+    OptimizedModule.__call__ = __call__
+
+
+_device_models_run_fused_eager()
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 

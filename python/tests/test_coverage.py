@@ -8,8 +8,12 @@ from lazyfuse._lower.more import UNLOWERED
 
 
 def core_aten_ops():
+    """Every core-tagged ATen overload. The names come from the registered
+    schemas, not ``dir(torch.ops.aten)``, which lists only packets already
+    loaded, so the set would depend on which tests ran first."""
     ops = []
-    for name in dir(torch.ops.aten):
+    names = {s.name[len("aten::"):] for s in torch._C._jit_get_all_schemas()}
+    for name in sorted(n for n in names if "::" not in n):
         try:
             packet = getattr(torch.ops.aten, name)
             overloads = packet.overloads()

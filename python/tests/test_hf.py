@@ -70,6 +70,20 @@ def test_logits_under_torch_compile(name):
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["llama_gqa", "qwen2_random_biases_tied"])
+def test_logits_of_a_device_model_under_torch_compile(name):
+    """A model moved to the device, then compiled: it runs as the fused
+    eager device (Dynamo skips the device ops) and gives CPU eager's
+    logits, on the device."""
+    ref = MODELS[name]()
+    cm = torch.compile(copy.deepcopy(ref).to("lazyfuse"), backend="lazyfuse")
+    with torch.no_grad():
+        want = ref(IDS).logits
+        out = cm(IDS.to("lazyfuse")).logits
+    assert out.device.type == "lazyfuse"
+    torch.testing.assert_close(out.cpu(), want, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("name", ["llama_gqa", "qwen2"])
 def test_greedy_generate_on_the_device(name):
     ref = MODELS[name]()

@@ -2,6 +2,7 @@
 PyTorch's CPU eager loss curve, and compiles nothing after warm-up."""
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -75,6 +76,31 @@ def test_compiled_training_matches_cpu_eager():
     # needs and which inputs vary; then no step compiles.
     assert compiles[-1] == compiles[-5], compiles
 
+
+def test_compiled_model_on_the_device_trains_like_cpu_eager():
+    """``torch.compile`` of a model moved to the device: the steps run as
+    the fused eager device (Dynamo skips the device ops, without warnings
+    from inside lazyfuse), follow the CPU eager loss curve, and compile
+    nothing after warm-up."""
+    torch.manual_seed(0)
+    ref = MiniGPT()
+    model = copy.deepcopy(ref).to("lazyfuse")
+    want = cpu_curve(ref, OPTIMIZERS["adamw"])
+    cm = torch.compile(model, backend="lazyfuse")
+    o = OPTIMIZERS["adamw"](model.parameters())
+    compiles = []
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*Dynamo does not know how to trace.*")
+        for s in range(STEPS):
+            x, y = batch(s)
+            o.zero_grad()
+            loss = cm(x.to("lazyfuse"), y.to("lazyfuse"))
+            assert loss.device.type == "lazyfuse"
+            loss.backward()
+            o.step()
+            assert abs(loss.item() - want[s]) < 1e-4, (s, loss.item(), want[s])
+            compiles.append(lazyfuse.counters()["compiles"])
+    assert compiles[-1] == compiles[-5], compiles
 
 
 def test_compile_follows_dynamic_shape_buckets():

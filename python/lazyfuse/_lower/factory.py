@@ -178,3 +178,9 @@ def to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_blocki
     if device is not None and torch.device(device).type not in ("lazyfuse", "meta"):
         return None  # leaving the device: the caller downloads
     return x if dtype is None else cast(x, TORCH_TO_NAME[dtype])
+
+
+@lowering("convert_element_type")
+def convert_element_type(x, dtype):
+    """``prims.convert_element_type`` (what decompositions leave for a cast)."""
+    return cast(x, TORCH_TO_NAME[dtype])

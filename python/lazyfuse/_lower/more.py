@@ -53,6 +53,10 @@ UNLOWERED = {
     "sym_size": "size arithmetic, evaluated by PyTorch",
     "sym_storage_offset": "size arithmetic, evaluated by PyTorch",
     "sym_stride": "size arithmetic, evaluated by PyTorch",
+    "sym_is_contiguous": "size arithmetic, evaluated by PyTorch",
+    "resize_": "resizes storage in place: the runtime's tensors are values",
+    "avg_pool1d": "not yet lowered",
+    "adaptive_avg_pool1d": "not yet lowered",
 }
 
 
