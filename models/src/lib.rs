@@ -12,6 +12,7 @@
 pub mod config;
 pub mod generate;
 pub mod llama;
+pub mod paged;
 pub mod tokenizer;
 pub mod weights;
 
@@ -21,6 +22,7 @@ pub use generate::GenerateOptions;
 /// fixed-capacity form ([`Llama::new_cache`]).
 pub use lazyfuse::nn::KvCache;
 pub use llama::Llama;
+pub use paged::{PagedKv, PagedStep};
 pub use tokenizer::Tokenizer;
 
 /// Why a model could not be loaded or run.

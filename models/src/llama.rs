@@ -16,15 +16,15 @@ use std::path::Path;
 /// matrix-vector product of the summed width where it ran three (or two)
 /// narrower ones, so it has fewer kernels and keeps the cores busier
 /// (+11-17% tokens/s on an 8-layer hidden-512 checkpoint).
-struct Layer {
-    input_norm: Tensor,
+pub(crate) struct Layer {
+    pub(crate) input_norm: Tensor,
     /// `[hidden, q + k + v]`.
-    qkv: Linear,
-    o: Linear,
-    post_norm: Tensor,
+    pub(crate) qkv: Linear,
+    pub(crate) o: Linear,
+    pub(crate) post_norm: Tensor,
     /// `[hidden, 2 * intermediate]`: gate, then up.
-    gate_up: Linear,
-    down: Linear,
+    pub(crate) gate_up: Linear,
+    pub(crate) down: Linear,
 }
 
 /// A Llama-family causal language model on one device.
@@ -32,11 +32,11 @@ pub struct Llama {
     /// The configuration it was built from.
     pub config: LlamaConfig,
     device: Device,
-    embed: Tensor,
-    layers: Vec<Layer>,
-    norm: Tensor,
+    pub(crate) embed: Tensor,
+    pub(crate) layers: Vec<Layer>,
+    pub(crate) norm: Tensor,
     /// `[hidden, vocab]`.
-    lm_head: Tensor,
+    pub(crate) lm_head: Tensor,
 }
 
 /// Loads weights by name with the shapes the config implies.
@@ -166,7 +166,7 @@ impl Llama {
         &self.device
     }
 
-    fn rms_norm(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    pub(crate) fn rms_norm(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
         let var = x.mul(x)?.mean([-1], true)?;
         Ok(x.mul(&var.add(self.config.rms_norm_eps)?.rsqrt()?)?
             .mul(w)?)
@@ -175,7 +175,7 @@ impl Llama {
     /// `cos` and `sin` tables `[batch, 1, t, head_dim]` for each sequence's
     /// positions (`positions[b]`, `t` each), computed as transformers does
     /// (f32 frequencies times f32 positions, then cos and sin).
-    fn rope_tables(&self, positions: &[Vec<usize>]) -> Result<(Tensor, Tensor)> {
+    pub(crate) fn rope_tables(&self, positions: &[Vec<usize>]) -> Result<(Tensor, Tensor)> {
         let inv: Vec<f32> = self.config.inv_freq().iter().map(|&f| f as f32).collect();
         let hd = self.config.head_dim;
         let (b, t) = (positions.len(), positions[0].len());
@@ -201,7 +201,7 @@ impl Llama {
     }
 
     /// `x * cos + rotate_half(x) * sin` over the last axis.
-    fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    pub(crate) fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
         let hd = *x.dims().last().expect("rank 4");
         let x1 = x.narrow(-1, 0, hd / 2)?;
         let x2 = x.narrow(-1, hd / 2, hd / 2)?;
@@ -331,7 +331,7 @@ impl Llama {
     }
 
     /// `[batch, t, hidden]` embeddings of `ids`.
-    fn embed_ids(&self, ids: &[Vec<u32>]) -> Result<Tensor> {
+    pub(crate) fn embed_ids(&self, ids: &[Vec<u32>]) -> Result<Tensor> {
         let (b, t) = (ids.len(), ids[0].len());
         let flat: Vec<i64> = ids.iter().flatten().map(|&i| i as i64).collect();
         let idx = Tensor::from_slice(&flat, &[b * t], &self.device)?;
@@ -342,7 +342,7 @@ impl Llama {
     }
 
     /// The residual SwiGLU block: `x + down(silu(gate(h)) * up(h))`, `h` the normed `x`.
-    fn mlp(&self, x: &Tensor, l: &Layer) -> Result<Tensor> {
+    pub(crate) fn mlp(&self, x: &Tensor, l: &Layer) -> Result<Tensor> {
         let h = self.rms_norm(x, &l.post_norm)?;
         let inter = self.config.intermediate_size;
         let gu = l.gate_up.forward(&h)?;
