@@ -29,14 +29,15 @@ WORDS = ("the quick brown fox jumps over lazy dog and runs far away a an of to i
          "how who what this that").split()
 
 
-def write_tokenizer(d):
-    """tokenizer.json (Hugging Face tokenizers): word level over WORDS."""
+def write_tokenizer(d, size=128):
+    """tokenizer.json (Hugging Face tokenizers): word level over WORDS, then
+    w<i> up to `size` tokens."""
     from tokenizers import Tokenizer, models, pre_tokenizers, decoders
     vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
     for w in WORDS:
         vocab.setdefault(w, len(vocab))
-    assert len(vocab) <= 128, len(vocab)
-    for i in range(len(vocab), 128):
+    assert len(vocab) <= size, len(vocab)
+    for i in range(len(vocab), size):
         vocab[f"w{i}"] = i
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -124,3 +125,13 @@ if __name__ == "__main__":
         cfg = base(vocab_size=2048, hidden_size=512, intermediate_size=1408, num_hidden_layers=8,
                    num_attention_heads=8, num_key_value_heads=4, initializer_range=0.05, **rope(10000.0))
         make("llama_large", LlamaConfig, LlamaForCausalLM, cfg, torch.float32, None, a.large)
+        # A tokenizer and a chat template, so servers (lazyfuse-serve,
+        # transformers serve) can be benchmarked on it with text and chat.
+        d = os.path.join(a.large, "llama_large")
+        write_tokenizer(d, 2048)
+        template = ("{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}"
+                    "{% if add_generation_prompt %}the{% endif %}")
+        with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+            json.dump(dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                           tokenizer_class="PreTrainedTokenizerFast", chat_template=template,
+                           model_max_length=256), f)

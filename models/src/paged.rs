@@ -1,17 +1,19 @@
 //! A paged key/value cache and the forward step that reads and writes it,
 //! for serving many sequences of different lengths at once.
 //!
-//! Every layer's keys (and values) live in one pool of `num_blocks` blocks
-//! of `block_size` positions, `[num_blocks * block_size, kv_heads *
-//! head_dim]`. A sequence owns a *block table*: the blocks that hold its
-//! positions in order. A step writes each row's new keys into its blocks
-//! (`dynamic_update_slice` at run-time slots, in place when the old pool
-//! dies) and gathers each row's blocks back for attention, so rows of
-//! different lengths, admitted and retired at any step, share one
-//! executable per (rows, tokens, blocks) shape: the lengths, slots and
-//! tables reach it only as data. Blocks can be shared between sequences
-//! (a common prompt prefix) because a row only ever writes past its own
-//! length.
+//! Keys and values live in one pool of `num_blocks` blocks of `block_size`
+//! positions, `[layers, 2, num_blocks * block_size, kv_heads * head_dim]`
+//! (keys, then values, per layer). A
+//! sequence owns a *block table*: the blocks that hold its positions in
+//! order. A step gathers each row's blocks (its past) per layer, attends
+//! to that past and to the step's own tokens, and writes the step's keys
+//! and values for all layers at the end, after every read: one
+//! `dynamic_update_slice` per row (per block, for a chunk) at a run-time
+//! slot, in place when the old pool dies. Rows of different lengths,
+//! admitted and retired at any step, share one executable per (rows,
+//! tokens, blocks) shape: the lengths, slots and tables reach it only as
+//! data. Blocks can be shared between sequences (a common prompt prefix)
+//! because a row only ever writes past its own length.
 //!
 //! Block 0 is scratch: padding rows and padding tokens write there, and a
 //! table's unused entries point there (masked out), so it is never handed
@@ -22,13 +24,14 @@ use crate::{ModelError, Result};
 use lazyfuse::nn::Module;
 use lazyfuse::{DType, Tensor};
 
-/// Every layer's key and value pools.
+/// The pool of every layer's keys and values.
 pub struct PagedKv {
     /// Positions per block.
     pub block_size: usize,
-    /// Blocks in each pool, the scratch block 0 included.
+    /// Blocks in the pool, the scratch block 0 included.
     pub num_blocks: usize,
-    layers: Vec<(Tensor, Tensor)>,
+    /// `[layers, 2, num_blocks * block_size, kv_heads * head_dim]`.
+    pool: Tensor,
 }
 
 /// One step for `B` rows of `t` tokens each.
@@ -56,7 +59,7 @@ impl PagedKv {
         c.num_hidden_layers * 2 * block_size * c.num_key_value_heads * c.head_dim * 4
     }
 
-    /// Zeroed pools of `num_blocks` blocks (at least 2: block 0 is scratch).
+    /// A zeroed pool of `num_blocks` blocks (at least 2: block 0 is scratch).
     pub fn new(model: &Llama, block_size: usize, num_blocks: usize) -> Result<PagedKv> {
         if block_size == 0 || num_blocks < 2 {
             return Err(ModelError::Config(format!(
@@ -64,18 +67,18 @@ impl PagedKv {
             )));
         }
         let c = &model.config;
-        let dims = [num_blocks * block_size, c.num_key_value_heads * c.head_dim];
-        let mut layers = Vec::with_capacity(c.num_hidden_layers);
-        for _ in 0..c.num_hidden_layers {
-            let zero = || Tensor::zeros(&dims, DType::F32, model.device());
-            layers.push((zero()?, zero()?));
-        }
-        let all: Vec<&Tensor> = layers.iter().flat_map(|(k, v)| [k, v]).collect();
-        lazyfuse::realize_all(&all)?;
+        let dims = [
+            c.num_hidden_layers,
+            2,
+            num_blocks * block_size,
+            c.num_key_value_heads * c.head_dim,
+        ];
+        let pool = Tensor::zeros(&dims, DType::F32, model.device())?;
+        pool.realize()?;
         Ok(PagedKv {
             block_size,
             num_blocks,
-            layers,
+            pool,
         })
     }
 }
@@ -147,15 +150,18 @@ impl PagedStep {
         (out, seg)
     }
 
-    /// `[B, 1, 1, t, n * bs]`: keys a query must not see (after its own
-    /// position; everything, for a padding row).
+    /// `[B, 1, 1, t, span + t]`: keys a query must not see. The first
+    /// `span` columns are the gathered past (visible before the row's
+    /// start), the last `t` the step's own tokens (visible up to the
+    /// query's own); a padding row sees nothing.
     fn mask(&self, span: usize) -> Vec<bool> {
         let t = self.tokens[0].len();
-        let mut m = Vec::with_capacity(self.tokens.len() * t * span);
+        let mut m = Vec::with_capacity(self.tokens.len() * t * (span + t));
         for r in 0..self.tokens.len() {
+            let pad = self.lens[r] == 0;
             for i in 0..t {
-                let last = self.starts[r] + i;
-                m.extend((0..span).map(|j| self.lens[r] == 0 || j > last));
+                m.extend((0..span).map(|j| pad || j >= self.starts[r]));
+                m.extend((0..t).map(|j| pad || j > i));
             }
         }
         m
@@ -168,29 +174,26 @@ impl Llama {
     ///
     /// The computation is [`Llama::forward_cached`]'s (the same rotary
     /// tables, grouped-query attention without repeated keys, masking with
-    /// a finite fill), with the keys gathered from each row's blocks.
+    /// a finite fill), with the past read from each row's blocks.
     pub fn forward_paged(&self, step: &PagedStep, kv: &mut PagedKv) -> Result<Tensor> {
         let (b, t, n) = step.check(self, kv)?;
         let c = &self.config;
         let dev = self.device();
         let (nh, nkv, hd) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
         let (bs, span, kvw) = (kv.block_size, n * kv.block_size, nkv * hd);
+        let layers = self.layers.len();
         let mut x = self.embed_ids(&step.tokens)?;
         let positions: Vec<Vec<usize>> = (0..b)
             .map(|r| (0..t).map(|i| step.starts[r] + i).collect())
             .collect();
         let (cos, sin) = self.rope_tables(&positions)?;
         let (cos, sin) = (cos.reshape(&[b, t, 1, hd])?, sin.reshape(&[b, t, 1, hd])?);
-        let (slots, seg) = step.slots(bs);
-        let slots_t = Tensor::from_slice(&slots, &[slots.len()], dev)?;
-        let starts: Vec<Tensor> = (0..slots.len())
-            .map(|i| slots_t.narrow(0, i, 1)?.reshape(&[]))
-            .collect::<lazyfuse::Result<_>>()?;
         let table: Vec<i64> = step.tables.iter().flatten().map(|&x| x as i64).collect();
         let table = Tensor::from_slice(&table, &[b * n], dev)?;
-        let masked = Tensor::from_slice(&step.mask(span), &[b, 1, 1, t, span], dev)?;
+        let masked = Tensor::from_slice(&step.mask(span), &[b, 1, 1, t, span + t], dev)?;
         let scale = 1.0 / (hd as f64).sqrt();
         let rep = nh / nkv;
+        let mut written = Vec::with_capacity(2 * layers);
         for (i, l) in self.layers.iter().enumerate() {
             let h = self.rms_norm(&x, &l.input_norm)?;
             let qkv = l.qkv.forward(&h)?;
@@ -198,32 +201,35 @@ impl Llama {
                 Ok(qkv.narrow(-1, at * hd, k * hd)?.reshape(&[b, t, k, hd])?)
             };
             let q = Llama::rope(&heads(0, nh)?, &cos, &sin)?;
-            let k_new = Llama::rope(&heads(nh, nkv)?, &cos, &sin)?.reshape(&[b * t, kvw])?;
-            let v_new = heads(nh + nkv, nkv)?.reshape(&[b * t, kvw])?;
-            let (mut pk, mut pv) = kv.layers[i].clone();
-            let nseg = slots.len() / b;
-            for (j, start) in starts.iter().enumerate() {
-                let (r, s) = (j / nseg, j % nseg);
-                let from = r * t + s * seg;
-                pk = pk.dynamic_update_slice(&k_new.narrow(0, from, seg)?, 0, start)?;
-                pv = pv.dynamic_update_slice(&v_new.narrow(0, from, seg)?, 0, start)?;
-            }
-            kv.layers[i] = (pk.clone(), pv.clone());
-            let gather = |pool: &Tensor| -> Result<Tensor> {
-                Ok(pool
+            let k_new = Llama::rope(&heads(nh, nkv)?, &cos, &sin)?;
+            let v_new = heads(nh + nkv, nkv)?;
+            written.push(k_new.reshape(&[b * t, kvw])?);
+            written.push(v_new.reshape(&[b * t, kvw])?);
+            // This layer's keys or values of every row's blocks.
+            let old = |kind: usize| -> Result<Tensor> {
+                Ok(kv
+                    .pool
+                    .narrow(0, i, 1)?
+                    .narrow(1, kind, 1)?
                     .reshape(&[kv.num_blocks, bs * kvw])?
                     .index_select(0, &table)?
                     .reshape(&[b, span, nkv, hd])?
                     .permute(&[0, 2, 1, 3])?)
             };
-            let (k_all, v_all) = (gather(&pk)?, gather(&pv)?);
+            let (k_old, v_old) = (old(0)?, old(1)?);
+            let (k_new, v_new) = (k_new.permute(&[0, 2, 1, 3])?, v_new.permute(&[0, 2, 1, 3])?);
+            // The past and the step's own keys side by side: one product,
+            // one softmax over both.
+            let k_all = Tensor::cat(&[&k_old, &k_new], 2)?;
+            let v_all = Tensor::cat(&[&v_old, &v_new], 2)?;
             let q = q.permute(&[0, 2, 1, 3])?.reshape(&[b, nkv, rep * t, hd])?;
-            let att = q.matmul(&k_all.transpose(-2, -1)?)?.mul(scale)?;
-            let att = att
-                .reshape(&[b, nkv, rep, t, span])?
+            let att = q
+                .matmul(&k_all.transpose(-2, -1)?)?
+                .mul(scale)?
+                .reshape(&[b, nkv, rep, t, span + t])?
                 .masked_fill(&masked, f32::MIN as f64)?
                 .softmax(-1)?
-                .reshape(&[b, nkv, rep * t, span])?;
+                .reshape(&[b, nkv, rep * t, span + t])?;
             let y = att
                 .matmul(&v_all)?
                 .reshape(&[b, nh, t, hd])?
@@ -232,6 +238,24 @@ impl Llama {
             x = x.add(&l.o.forward(&y)?)?;
             x = self.mlp(&x, l)?;
         }
+        // The step's keys and values `[layers, 2, B * t, kvw]`, written once
+        // per row (per block, for a chunk) across all layers.
+        let rows = Tensor::cat(&written.iter().collect::<Vec<_>>(), 0)?.reshape(&[
+            layers,
+            2,
+            b * t,
+            kvw,
+        ])?;
+        let (slots, seg) = step.slots(bs);
+        let slots_t = Tensor::from_slice(&slots, &[slots.len()], dev)?;
+        let nseg = slots.len() / b;
+        let mut pool = kv.pool.clone();
+        for j in 0..slots.len() {
+            let (r, s) = (j / nseg, j % nseg);
+            let start = slots_t.narrow(0, j, 1)?.reshape(&[])?;
+            pool = pool.dynamic_update_slice(&rows.narrow(2, r * t + s * seg, seg)?, 2, &start)?;
+        }
+        kv.pool = pool;
         let h = c.hidden_size;
         let last = if t == 1 {
             x.reshape(&[b, h])?

@@ -28,7 +28,9 @@ fn chunked_prefill_and_decode_over_scattered_blocks_match_the_fixed_cache() {
         let vocab = model.config.vocab_size;
         let prompt: Vec<u32> = (0..37).map(|k| (3 + k * 11 % 100) as u32).collect();
         let mut cache = model.new_cache(1, 64).unwrap();
-        let full = model.forward_cached(&[prompt.clone()], &mut cache).unwrap();
+        let full = model
+            .forward_cached(std::slice::from_ref(&prompt), &mut cache)
+            .unwrap();
         let want_last = full.narrow(1, 36, 1).unwrap().to_vec::<f32>().unwrap();
 
         let bs = 16;
@@ -54,9 +56,8 @@ fn chunked_prefill_and_decode_over_scattered_blocks_match_the_fixed_cache() {
         close(&got, &want_last);
 
         // Decode: the real row second, a padding row first.
-        let mut next = prompt.len();
         let mut tok = 5u32;
-        for _ in 0..4 {
+        for next in prompt.len()..prompt.len() + 4 {
             let want = model
                 .forward_cached(&[vec![tok]], &mut cache)
                 .unwrap()
@@ -74,7 +75,6 @@ fn chunked_prefill_and_decode_over_scattered_blocks_match_the_fixed_cache() {
                 .to_vec::<f32>()
                 .unwrap();
             close(&got[vocab..], &want);
-            next += 1;
             tok = (tok * 7 + 3) % vocab as u32;
         }
 

@@ -14,6 +14,8 @@
 
 pub mod api;
 
+pub mod bench;
+pub mod bench_report;
 pub mod blocks;
 pub mod buckets;
 pub mod engine;

@@ -46,8 +46,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let rt = tokio::runtime::Runtime::new().expect("a tokio runtime");
     if args.first().map(String::as_str) == Some("bench") {
-        eprintln!("bench: not built yet");
-        std::process::exit(2);
+        std::process::exit(rt.block_on(lazyfuse_serve::bench::main(args[1..].to_vec())));
     }
     let opts = match parse(args) {
         Ok(o) => o,
