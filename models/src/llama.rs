@@ -268,7 +268,6 @@ impl Llama {
         // [b, 1, t, cap]: keys a query must not see (later columns, columns
         // not yet written, padding).
         let masked = Tensor::from_slice(&cache.masked(t), &[b, 1, t, cap], dev)?;
-        let scale = 1.0 / (hd as f64).sqrt();
         for (i, l) in self.layers.iter().enumerate() {
             let h = self.rms_norm(&x, &l.input_norm)?;
             let qkv = l.qkv.forward(&h)?;
@@ -286,30 +285,49 @@ impl Llama {
             // place when the old cache buffer is donated), where selecting
             // the row into the whole cache would rewrite all of it.
             let (k_all, v_all) = cache.write(i, &k_new, &v_new)?;
-            // Grouped-query attention without repeating the keys and values:
-            // the `rep` query heads of a kv head (heads `kv * rep + r`) are
-            // stacked as `rep * t` rows against that head's keys, so each
-            // cached key and value is read once and never copied.
-            let rep = nh / nkv;
-            let q = q.reshape(&[b, nkv, rep * t, hd])?;
-            let att = q.matmul(&k_all.transpose(-2, -1)?)?.mul(scale)?;
-            // A finite fill: a padding query that sees nothing gets a uniform
-            // (finite) row instead of NaN, which would reach real rows as 0 * NaN.
-            let att = att
-                .reshape(&[b, nkv, rep, t, cap])?
-                .masked_fill(&masked.unsqueeze(1)?, f32::MIN as f64)?
-                .softmax(-1)?
-                .reshape(&[b, nkv, rep * t, cap])?;
-            let y = att
-                .matmul(&v_all)?
-                .reshape(&[b, nh, t, hd])?
-                .permute(&[0, 2, 1, 3])?
-                .reshape(&[b, t, nh * hd])?;
+            let y = self.attend(&q, &k_all, &v_all, &masked.unsqueeze(1)?)?;
             x = x.add(&l.o.forward(&y)?)?;
             x = self.mlp(&x, l)?;
         }
         cache.advance(t);
         Ok(self.rms_norm(&x, &self.norm)?.matmul(&self.lm_head)?)
+    }
+
+    /// Causal grouped-query attention: queries `[b, heads, t, hd]` against
+    /// keys and values `[b, kv heads, L, hd]`, with `masked` `[b, 1, 1, t,
+    /// L]` the keys each query must not see; `[b, t, heads * hd]`.
+    ///
+    /// The keys and values are not repeated per head: the `rep` query
+    /// heads of a kv head (heads `kv * rep + r`) are stacked as `rep * t`
+    /// rows against that head's keys, so each key and value is read once
+    /// and never copied. The fill is finite: a padding query that sees
+    /// nothing gets a uniform (finite) row instead of NaN, which would
+    /// reach real rows as 0 * NaN.
+    pub(crate) fn attend(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        masked: &Tensor,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let (nh, nkv, hd) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+        let (b, t, span) = (q.dims()[0], q.dims()[2], k.dims()[2]);
+        let rep = nh / nkv;
+        let scale = 1.0 / (hd as f64).sqrt();
+        let att = q
+            .reshape(&[b, nkv, rep * t, hd])?
+            .matmul(&k.transpose(-2, -1)?)?
+            .mul(scale)?
+            .reshape(&[b, nkv, rep, t, span])?
+            .masked_fill(masked, f32::MIN as f64)?
+            .softmax(-1)?
+            .reshape(&[b, nkv, rep * t, span])?;
+        Ok(att
+            .matmul(v)?
+            .reshape(&[b, nh, t, hd])?
+            .permute(&[0, 2, 1, 3])?
+            .reshape(&[b, t, nh * hd])?)
     }
 
     pub(crate) fn check_ids(&self, ids: &[Vec<u32>]) -> Result<(usize, usize)> {

@@ -191,8 +191,6 @@ impl Llama {
         let table: Vec<i64> = step.tables.iter().flatten().map(|&x| x as i64).collect();
         let table = Tensor::from_slice(&table, &[b * n], dev)?;
         let masked = Tensor::from_slice(&step.mask(span), &[b, 1, 1, t, span + t], dev)?;
-        let scale = 1.0 / (hd as f64).sqrt();
-        let rep = nh / nkv;
         let mut written = Vec::with_capacity(2 * layers);
         for (i, l) in self.layers.iter().enumerate() {
             let h = self.rms_norm(&x, &l.input_norm)?;
@@ -222,19 +220,7 @@ impl Llama {
             // one softmax over both.
             let k_all = Tensor::cat(&[&k_old, &k_new], 2)?;
             let v_all = Tensor::cat(&[&v_old, &v_new], 2)?;
-            let q = q.permute(&[0, 2, 1, 3])?.reshape(&[b, nkv, rep * t, hd])?;
-            let att = q
-                .matmul(&k_all.transpose(-2, -1)?)?
-                .mul(scale)?
-                .reshape(&[b, nkv, rep, t, span + t])?
-                .masked_fill(&masked, f32::MIN as f64)?
-                .softmax(-1)?
-                .reshape(&[b, nkv, rep * t, span + t])?;
-            let y = att
-                .matmul(&v_all)?
-                .reshape(&[b, nh, t, hd])?
-                .permute(&[0, 2, 1, 3])?
-                .reshape(&[b, t, nh * hd])?;
+            let y = self.attend(&q.permute(&[0, 2, 1, 3])?, &k_all, &v_all, &masked)?;
             x = x.add(&l.o.forward(&y)?)?;
             x = self.mlp(&x, l)?;
         }

@@ -15,7 +15,7 @@ fn main() {
     lazyfuse::set_auto_dynamic(false);
     let dev = lazyfuse::Device::cpu().expect("the CPU device");
     let model = Llama::load(&dir, &dev).expect("a checkpoint");
-    let mut kv = PagedKv::new(&model, bs, 2 * 16 * 16 + 1).expect("a cache");
+    let mut kv = PagedKv::new(&model, bs, 32 * 16 + 1).expect("a cache");
     let mut time = |b: usize, t: usize, n: usize| {
         // Real rows over distinct blocks, each at the end of its span.
         let step = PagedStep {
@@ -49,7 +49,7 @@ fn main() {
         );
     };
     for n in [4, 16] {
-        for b in [1, 4, 16] {
+        for b in [1, 4, 16, 32] {
             time(b, 1, n);
         }
     }

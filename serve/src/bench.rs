@@ -18,7 +18,7 @@ const USAGE: &str =
     "usage: lazyfuse-serve bench --url URL [--model NAME] [--endpoint completions|chat]
     [--rates 1,2,4,inf] [--num-prompts 64] [--input-len 64] [--output-len 64] [--len-spread 0.25]
     [--prompt-kind ids|words] [--vocab 128] [--shared-prefix 0] [--max-concurrency N]
-    [--seed 0] [--label NAME] [--json FILE]
+    [--seed 0] [--label NAME] [--json FILE] [--no-ignore-eos]
        lazyfuse-serve bench --chart OUT.png FILE.json...   (latency against throughput per label)";
 
 /// What to run.
@@ -37,6 +37,7 @@ pub struct BenchArgs {
     shared_prefix: usize,
     max_concurrency: Option<usize>,
     seed: u64,
+    ignore_eos: bool,
     label: String,
     json: Option<PathBuf>,
 }
@@ -56,6 +57,7 @@ fn parse(args: Vec<String>) -> Result<Result<BenchArgs, (PathBuf, Vec<PathBuf>)>
         shared_prefix: 0,
         max_concurrency: None,
         seed: 0,
+        ignore_eos: true,
         label: "server".into(),
         json: None,
     };
@@ -93,6 +95,8 @@ fn parse(args: Vec<String>) -> Result<Result<BenchArgs, (PathBuf, Vec<PathBuf>)>
             "--max-concurrency" => a.max_concurrency = Some(num(&f, val()?)?),
             "--seed" => a.seed = num(&f, val()?)?,
             "--label" => a.label = val()?,
+            // For servers that reject the field (not in OpenAI's API).
+            "--no-ignore-eos" => a.ignore_eos = false,
             "--json" => a.json = Some(PathBuf::from(val()?)),
             "--chart" => chart_out = Some(PathBuf::from(val()?)),
             "-h" | "--help" => return Err(USAGE.into()),
@@ -153,9 +157,12 @@ fn workload(a: &BenchArgs) -> Vec<Job> {
 /// Streams one request; its timings, or why it failed.
 async fn one(client: &reqwest::Client, a: &BenchArgs, job: &Job) -> Result<Sample, String> {
     let mut body = json!({
-        "max_tokens": job.max_tokens, "temperature": 0, "ignore_eos": true,
+        "max_tokens": job.max_tokens, "temperature": 0,
         "stream": true, "stream_options": {"include_usage": true},
     });
+    if a.ignore_eos {
+        body["ignore_eos"] = json!(true);
+    }
     if let Some(m) = &a.model {
         body["model"] = json!(m);
     }

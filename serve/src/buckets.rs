@@ -9,6 +9,9 @@ pub struct Buckets {
     pub block_size: usize,
     /// Longest sequence (prompt and generated tokens).
     pub max_model_len: usize,
+    /// Prompt tokens (chunks, padding included) run between two decode
+    /// steps: at least one chunk.
+    pub prefill_budget: usize,
     rows: Vec<usize>,
     chunks: Vec<usize>,
     blocks: Vec<usize>,
@@ -31,10 +34,21 @@ impl Buckets {
     pub fn new(max_batch: usize, block_size: usize, max_model_len: usize, chunk: usize) -> Buckets {
         let max_blocks = max_model_len.div_ceil(block_size).max(1);
         let chunk_blocks = (chunk / block_size).clamp(1, max_blocks);
+        // Rows: powers of two to 8, then every 4 to 16, then every 8, so a
+        // batch pads by at most half of 8 rows once it is past 8.
+        let max_batch = max_batch.max(1);
+        let mut rows: Vec<usize> = ladder(max_batch.min(8));
+        let mut r = 8;
+        while r < max_batch {
+            r += if r < 16 { 4 } else { 8 };
+            rows.push(r.min(max_batch));
+        }
+        rows.dedup();
         Buckets {
             block_size,
             max_model_len,
-            rows: ladder(max_batch.max(1)),
+            prefill_budget: chunk.max(1),
+            rows,
             chunks: ladder(chunk_blocks)
                 .into_iter()
                 .map(|c| c * block_size)
@@ -112,11 +126,17 @@ mod tests {
 
     #[test]
     fn ladders_cover_every_step_the_engine_can_ask_for() {
+        assert_eq!(
+            Buckets::new(32, 16, 64, 64).rows,
+            vec![1, 2, 4, 8, 12, 16, 24, 32]
+        );
+        assert_eq!(Buckets::new(6, 16, 64, 64).rows, vec![1, 2, 4, 6]);
         let b = Buckets::new(12, 16, 200, 64);
         assert_eq!(b.rows, vec![1, 2, 4, 8, 12]);
         assert_eq!(b.blocks, vec![1, 2, 4, 8, 13]);
         assert_eq!(b.chunks, vec![16, 32, 64]);
         assert_eq!(b.rows(5), 8);
+        assert_eq!(b.rows(9), 12);
         assert_eq!(b.blocks_for(17), 2);
         assert_eq!(b.chunk(0, 5), (16, 5));
         assert_eq!(b.chunk(0, 100), (64, 64));

@@ -125,7 +125,17 @@ impl Engine {
             }
             self.reap();
             self.admit();
-            self.prefill();
+            // Prompt chunks up to the step budget, then one decode step:
+            // a burst of arrivals gets its first tokens sooner, and a
+            // running sequence waits at most one budget between tokens.
+            let mut budget = self.buckets.prefill_budget;
+            while budget > 0 {
+                match self.prefill() {
+                    Some(t) => budget = budget.saturating_sub(t),
+                    None => break,
+                }
+                self.admit();
+            }
             self.decode();
             self.publish();
         }
@@ -192,11 +202,10 @@ impl Engine {
         }
     }
 
-    /// One chunk of the oldest sequence that still has prompt to run.
-    fn prefill(&mut self) {
-        let Some(i) = self.running.iter().position(|s| s.pending() > 1) else {
-            return;
-        };
+    /// One chunk of the oldest sequence that still has prompt to run; the
+    /// chunk's tokens (padding included), `None` when no prompt is left.
+    fn prefill(&mut self) -> Option<usize> {
+        let i = self.running.iter().position(|s| s.pending() > 1)?;
         let s = &self.running[i];
         let start = s.computed;
         let (t, len) = self.buckets.chunk(start, s.pending());
@@ -220,6 +229,7 @@ impl Engine {
             }
             Err(m) => self.fail(&[i], &m),
         }
+        Some(t)
     }
 
     /// One token for every sequence that is decoding.

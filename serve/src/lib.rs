@@ -63,6 +63,8 @@ pub struct Options {
     pub max_model_len: Option<usize>,
     /// Most prompt tokens run in one prefill step.
     pub prefill_chunk: usize,
+    /// Prompt tokens run (in chunks) between two decode steps.
+    pub prefill_budget: usize,
     /// Longest a request may take.
     pub request_timeout: Duration,
     /// Largest request body, in bytes (more is a 413).
@@ -79,13 +81,14 @@ impl Default for Options {
             model: PathBuf::new(),
             host: "127.0.0.1".into(),
             port: 8000,
-            max_batch: 16,
+            max_batch: 32,
             max_queue: 256,
             kv_cache_mb: 256,
             kv_cache_blocks: None,
             block_size: 16,
             max_model_len: None,
             prefill_chunk: 256,
+            prefill_budget: 512,
             request_timeout: Duration::from_secs(600),
             max_body_bytes: 4 << 20,
             served_model_name: None,
@@ -210,7 +213,8 @@ fn build_engine(o: &Options, metrics: Arc<Metrics>) -> Result<(Engine, Ready), S
         .min(c.max_position_embeddings)
         .max(2);
     let bs = o.block_size.max(1);
-    let buckets = Buckets::new(o.max_batch.max(1), bs, max_len, o.prefill_chunk);
+    let mut buckets = Buckets::new(o.max_batch.max(1), bs, max_len, o.prefill_chunk);
+    buckets.prefill_budget = o.prefill_budget.max(1);
     let per_block = PagedKv::bytes_per_block(&model, bs);
     let budget = (o.kv_cache_mb << 20) / per_block;
     // More blocks than every row at full length (twice, for the prefix
@@ -225,7 +229,7 @@ fn build_engine(o: &Options, metrics: Arc<Metrics>) -> Result<(Engine, Ready), S
         ));
     }
     let eos = eos_token_ids(&o.model, &c.eos_token_ids);
-    let vocab = c.vocab_size;
+    let (vocab, layers) = (c.vocab_size, c.num_hidden_layers);
     let mut engine =
         Engine::new(model, buckets.clone(), blocks + 1, eos, metrics).map_err(|e| e.to_string())?;
     let bar = if o.quiet {
@@ -238,13 +242,29 @@ fn build_engine(o: &Options, metrics: Arc<Metrics>) -> Result<(Engine, Ready), S
             .expect("a valid template"),
         )
     };
+    let started = std::time::Instant::now();
+    let shapes = buckets.all_shapes().len();
+    if !o.quiet {
+        eprintln!(
+            "lazyfuse-serve: {} ({} layers), context {max_len}, {} KV blocks of {bs}; compiling {shapes} step shapes",
+            o.model.display(),
+            layers,
+            blocks
+        );
+    }
     engine
         .warm_up(&mut |done, total| {
             bar.set_length(total as u64);
             bar.set_position(done as u64);
         })
         .map_err(|e| format!("warm-up failed: {e}"))?;
-    bar.finish();
+    bar.finish_and_clear();
+    if !o.quiet {
+        eprintln!(
+            "lazyfuse-serve: warm in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+    }
     Ok((
         engine,
         Ready {

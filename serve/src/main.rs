@@ -6,9 +6,9 @@ use lazyfuse_serve::Options;
 use std::path::PathBuf;
 use std::time::Duration;
 
-const USAGE: &str = "usage: lazyfuse-serve --model DIR [--host 127.0.0.1] [--port 8000] [--max-batch 16]
+const USAGE: &str = "usage: lazyfuse-serve --model DIR [--host 127.0.0.1] [--port 8000] [--max-batch 32]
     [--max-queue 256] [--kv-cache-mb 256 | --kv-cache-blocks N] [--block-size 16] [--max-model-len N]
-    [--prefill-chunk 256] [--request-timeout SECS] [--served-model-name NAME] [--quiet]
+    [--prefill-chunk 256] [--prefill-budget 512] [--request-timeout SECS] [--served-model-name NAME] [--quiet]
        lazyfuse-serve bench --help";
 
 fn parse(args: Vec<String>) -> Result<Options, String> {
@@ -31,6 +31,7 @@ fn parse(args: Vec<String>) -> Result<Options, String> {
             "--block-size" => o.block_size = num(&a, val()?)?,
             "--max-model-len" => o.max_model_len = Some(num(&a, val()?)?),
             "--prefill-chunk" => o.prefill_chunk = num(&a, val()?)?,
+            "--prefill-budget" => o.prefill_budget = num(&a, val()?)?,
             "--request-timeout" => o.request_timeout = Duration::from_secs_f64(num(&a, val()?)?),
             "--served-model-name" => o.served_model_name = Some(val()?),
             "--quiet" => o.quiet = true,

@@ -45,6 +45,7 @@ pub fn options(dir: PathBuf) -> Options {
     Options {
         model: dir,
         port: 0,
+        max_batch: 16,
         max_model_len: Some(128),
         prefill_chunk: 64,
         quiet: true,
