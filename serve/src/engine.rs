@@ -364,14 +364,31 @@ impl Engine {
         }
     }
 
-    /// Fails the given sequences with `message` (the others go on).
+    /// Fails the given sequences with `message`; the others go on.
+    ///
+    /// The failed step wrote the pool in place, so its contents are lost:
+    /// the engine starts a fresh pool and prefix cache, and every other
+    /// running sequence is recomputed (as if preempted).
     fn fail(&mut self, rows: &[usize], message: &str) {
         let mut rows = rows.to_vec();
         rows.sort_unstable_by(|a, b| b.cmp(a));
         for i in rows {
             let s = self.running.swap_remove(i);
             s.send(EventKind::Error(message.to_string()));
-            self.pool.release(&s.blocks);
+        }
+        let (bs, blocks) = (self.buckets.block_size, self.kv.num_blocks);
+        match PagedKv::new(&self.model, bs, blocks) {
+            Ok(kv) => self.kv = kv,
+            // The device itself is failing: later steps fail their rows too.
+            Err(e) => eprintln!("lazyfuse-serve: cannot rebuild the KV cache: {e}"),
+        }
+        self.pool = BlockPool::new(blocks, bs);
+        while let Some(mut s) = self.running.pop() {
+            s.blocks.clear();
+            s.hashes.clear();
+            s.computed = 0;
+            self.metrics.preemptions.inc();
+            self.waiting.push_front(s);
         }
     }
 

@@ -318,3 +318,23 @@ async fn a_small_cache_bounds_the_batch_and_preempted_sequences_finish_the_same(
     assert_eq!(settled(&url).await, (0.0, 0.0, 0.0));
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failing_model_step_fails_its_requests_with_500_and_the_server_goes_on() {
+    let _serial = serial().await;
+    let model = lazyfuse_models::Llama::load(fixture(), &lazyfuse::Device::cpu().unwrap()).unwrap();
+    let want = model.generate_greedy(&[1, 5, 9, 20], 8).unwrap();
+    let (server, url) = serve(options(checkpoint("step-fault"))).await;
+    let body =
+        json!({"prompt": [1, 5, 9, 20], "max_tokens": 8, "temperature": 0, "ignore_eos": true});
+    // Every region with an rsqrt (each RMSNorm) fails when launched.
+    lazyfuse::testing::inject_execution_fault(Some("rsqrt"));
+    let (s, v) = post(&url, "/v1/completions", body.to_string()).await;
+    lazyfuse::testing::inject_execution_fault(None);
+    assert_error(s, &v, 500, None);
+    let (s, v) = post(&url, "/v1/completions", body.to_string()).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(ids(&v["choices"][0]["token_ids"]), want);
+    assert_eq!(settled(&url).await, (0.0, 0.0, 0.0));
+    server.stop().await;
+}
