@@ -186,6 +186,12 @@ pub async fn start(opts: Options) -> Result<Running, String> {
         .await
         .map_err(|e| format!("cannot listen on {}:{}: {e}", opts.host, opts.port))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    // Streamed tokens are small writes: without TCP_NODELAY, Nagle's
+    // algorithm holds each one until the client acknowledges the last
+    // (up to its delayed-ACK timer), and tokens arrive in clumps.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let app = server::router(state, opts.max_body_bytes);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
