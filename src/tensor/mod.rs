@@ -9,6 +9,7 @@ mod conv;
 mod create;
 mod display;
 pub(crate) mod dynamic;
+mod grouped;
 mod index;
 mod manual;
 mod operand;
