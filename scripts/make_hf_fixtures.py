@@ -15,6 +15,8 @@ import argparse, json, os
 import torch
 import transformers
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (MixtralConfig, MixtralForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM,
+                          Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 PROMPT = [3, 17, 101, 5, 42, 9, 77, 64, 1, 23, 88, 12]
 TEXT = "the quick brown fox jumps over the lazy dog and runs far away"
@@ -82,6 +84,21 @@ FIXTURES = {
     "llama_f16": (LlamaConfig, LlamaForCausalLM, base(**rope(10000.0)), torch.float16, None),
     # Sharded safetensors with model.safetensors.index.json.
     "llama_sharded": (LlamaConfig, LlamaForCausalLM, base(**rope(10000.0)), torch.float32, "100KB"),
+    # Qwen3: per-head RMSNorm of queries and keys, no q/k/v biases.
+    "qwen3": (Qwen3Config, Qwen3ForCausalLM, base(head_dim=32, **rope(1000000.0)), torch.float32, None),
+    # Mixtral: 4 experts, top-2, probabilities renormalised.
+    "mixtral": (MixtralConfig, MixtralForCausalLM,
+                base(num_local_experts=4, num_experts_per_tok=2, **rope(1000000.0)), torch.float32, None),
+    # Qwen2-MoE: 6 experts, top-2 without renormalising, a gated shared
+    # expert, and layer 1 dense (mlp_only_layers).
+    "qwen2_moe": (Qwen2MoeConfig, Qwen2MoeForCausalLM,
+                  base(num_experts=6, num_experts_per_tok=2, moe_intermediate_size=48,
+                       shared_expert_intermediate_size=80, norm_topk_prob=False, decoder_sparse_step=1,
+                       mlp_only_layers=[1], **rope(1000000.0)), torch.float32, None),
+    # Qwen3-MoE: 8 experts, top-3 renormalised, q/k norms; stored in bf16.
+    "qwen3_moe": (Qwen3MoeConfig, Qwen3MoeForCausalLM,
+                  base(num_experts=8, num_experts_per_tok=3, moe_intermediate_size=40, head_dim=16,
+                       norm_topk_prob=True, **rope(1000000.0)), torch.bfloat16, None),
 }
 
 

@@ -28,7 +28,7 @@ pub enum RopeScaling {
 /// The hyper-parameters of a Llama-family model.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LlamaConfig {
-    /// `model_type`: `llama` or `qwen2` (which adds q/k/v biases).
+    /// `model_type`, one of [`MODEL_TYPES`].
     pub model_type: String,
     /// Tokens in the vocabulary.
     pub vocab_size: usize,
@@ -62,6 +62,111 @@ pub struct LlamaConfig {
     pub max_position_embeddings: usize,
     /// Tokens that end generation (`eos_token_id`, a number or a list).
     pub eos_token_ids: Vec<u32>,
+    /// RMSNorm of each query and key head before the rotary embedding
+    /// (Qwen3's `q_norm` / `k_norm`).
+    pub qk_norm: bool,
+    /// The mixture-of-experts MLPs of Mixtral, Qwen2-MoE and Qwen3-MoE;
+    /// `None` for a dense model.
+    pub moe: Option<MoeConfig>,
+}
+
+/// How a mixture-of-experts layer routes and what it holds.
+///
+/// Every token picks its `top_k` experts by router probability (a softmax
+/// over all experts), and the layer's output is the experts' outputs
+/// weighted by those probabilities, renormalised to sum to one when
+/// `norm_topk_prob` is set.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoeConfig {
+    /// Experts per sparse layer (`num_local_experts` or `num_experts`).
+    pub num_experts: usize,
+    /// Experts each token is sent to (`num_experts_per_tok`).
+    pub top_k: usize,
+    /// Width of one expert's SwiGLU MLP (`moe_intermediate_size`, or
+    /// Mixtral's `intermediate_size`).
+    pub expert_intermediate_size: usize,
+    /// Renormalise the chosen probabilities (always for Mixtral).
+    pub norm_topk_prob: bool,
+    /// Qwen2-MoE's shared expert, run on every token behind a sigmoid gate.
+    pub shared_expert_intermediate_size: Option<usize>,
+    /// Layer `i` is sparse when `(i + 1) % decoder_sparse_step == 0` and it
+    /// is not in `mlp_only_layers`; other layers have a dense MLP of
+    /// `intermediate_size`.
+    pub decoder_sparse_step: usize,
+    /// Layers that keep a dense MLP.
+    pub mlp_only_layers: Vec<usize>,
+}
+
+impl MoeConfig {
+    /// Whether decoder layer `layer` has a mixture-of-experts MLP.
+    pub fn is_sparse(&self, layer: usize) -> bool {
+        !self.mlp_only_layers.contains(&layer) && (layer + 1) % self.decoder_sparse_step == 0
+    }
+}
+
+/// The expert count: `num_local_experts` (Mixtral, and what transformers 5
+/// writes for every family) or `num_experts` (older Qwen MoE configs).
+fn experts(v: &Value) -> Result<usize> {
+    match v.get("num_local_experts") {
+        Some(Value::Number(_)) => usize_field(v, "num_local_experts"),
+        _ => usize_field(v, "num_experts"),
+    }
+}
+
+/// The mixture-of-experts settings of `model_type` (`None` for the dense
+/// families), read with each family's field names and defaults.
+fn parse_moe(v: &Value, model_type: &str) -> Result<Option<MoeConfig>> {
+    let flag = |f: &str, default: bool| v.get(f).and_then(Value::as_bool).unwrap_or(default);
+    let moe = match model_type {
+        "mixtral" => MoeConfig {
+            num_experts: experts(v)?,
+            top_k: usize_field(v, "num_experts_per_tok")?,
+            expert_intermediate_size: usize_field(v, "intermediate_size")?,
+            norm_topk_prob: true,
+            shared_expert_intermediate_size: None,
+            decoder_sparse_step: 1,
+            mlp_only_layers: vec![],
+        },
+        "qwen2_moe" | "qwen3_moe" => MoeConfig {
+            num_experts: experts(v)?,
+            top_k: usize_field(v, "num_experts_per_tok")?,
+            expert_intermediate_size: usize_field(v, "moe_intermediate_size")?,
+            norm_topk_prob: flag("norm_topk_prob", false),
+            shared_expert_intermediate_size: match v.get("shared_expert_intermediate_size") {
+                Some(Value::Number(_)) if model_type == "qwen2_moe" => {
+                    Some(usize_field(v, "shared_expert_intermediate_size")?).filter(|&n| n > 0)
+                }
+                _ => None,
+            },
+            decoder_sparse_step: match v.get("decoder_sparse_step") {
+                None | Some(Value::Null) => 1,
+                Some(_) => usize_field(v, "decoder_sparse_step")?,
+            },
+            mlp_only_layers: match v.get("mlp_only_layers") {
+                None | Some(Value::Null) => vec![],
+                Some(Value::Array(a)) => a
+                    .iter()
+                    .map(|x| x.as_u64().map(|n| n as usize))
+                    .collect::<Option<_>>()
+                    .ok_or_else(|| bad("mlp_only_layers", "not a list of layer indices"))?,
+                Some(_) => return Err(bad("mlp_only_layers", "not a list of layer indices")),
+            },
+        },
+        _ => return Ok(None),
+    };
+    if moe.num_experts == 0 || moe.top_k == 0 || moe.top_k > moe.num_experts {
+        return Err(bad(
+            "num_experts_per_tok",
+            format!(
+                "{} experts per token out of {} experts",
+                moe.top_k, moe.num_experts
+            ),
+        ));
+    }
+    if moe.decoder_sparse_step == 0 {
+        return Err(bad("decoder_sparse_step", "must be positive"));
+    }
+    Ok(Some(moe))
 }
 
 fn bad(field: &str, why: impl std::fmt::Display) -> ModelError {
@@ -99,6 +204,19 @@ pub(crate) fn token_ids(v: Option<&Value>) -> Vec<u32> {
     }
 }
 
+/// The `model_type`s this crate loads: the Llama architecture and the
+/// relatives that differ from it only in biases, per-head norms or a
+/// mixture-of-experts MLP.
+pub const MODEL_TYPES: &[&str] = &[
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
+];
+
 /// `model_type` (`llama` when absent), rejecting architectures whose
 /// weights this crate cannot load.
 fn parse_model_type(v: &Value) -> Result<String> {
@@ -107,10 +225,13 @@ fn parse_model_type(v: &Value) -> Result<String> {
         .and_then(Value::as_str)
         .unwrap_or("llama")
         .to_string();
-    if !["llama", "qwen2", "mistral"].contains(&model_type.as_str()) {
+    if !MODEL_TYPES.contains(&model_type.as_str()) {
         return Err(bad(
             "model_type",
-            format!("{model_type:?} is not a Llama-architecture model (llama, qwen2, mistral)"),
+            format!(
+                "{model_type:?} is not a Llama-architecture model ({})",
+                MODEL_TYPES.join(", ")
+            ),
         ));
     }
     Ok(model_type)
@@ -250,7 +371,11 @@ impl LlamaConfig {
             .and_then(Value::as_bool)
             .unwrap_or(false);
         check_hidden_act(v)?;
-        let qwen = model_type == "qwen2";
+        // Qwen2 and Qwen2-MoE always have q/k/v biases; Qwen3 has none
+        // unless `attention_bias` says so, and normalises q and k per head.
+        let qwen = model_type == "qwen2" || model_type == "qwen2_moe";
+        let qk_norm = model_type == "qwen3" || model_type == "qwen3_moe";
+        let moe = parse_moe(v, &model_type)?;
         let vocab_size = usize_field(v, "vocab_size")?;
         if vocab_size == 0 {
             return Err(bad("vocab_size", "must be positive"));
@@ -270,7 +395,7 @@ impl LlamaConfig {
                 .get("tie_word_embeddings")
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
-            qkv_bias: qwen || attention_bias,
+            qkv_bias: v.get("qkv_bias").and_then(Value::as_bool).unwrap_or(qwen) || attention_bias,
             o_bias: attention_bias,
             mlp_bias: v.get("mlp_bias").and_then(Value::as_bool).unwrap_or(false),
             max_position_embeddings: v
@@ -278,6 +403,8 @@ impl LlamaConfig {
                 .and_then(Value::as_u64)
                 .unwrap_or(4096) as usize,
             eos_token_ids: token_ids(v.get("eos_token_id")),
+            qk_norm,
+            moe,
             model_type,
         })
     }

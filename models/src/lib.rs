@@ -12,11 +12,12 @@
 pub mod config;
 pub mod generate;
 pub mod llama;
+mod moe;
 pub mod paged;
 pub mod tokenizer;
 pub mod weights;
 
-pub use config::{LlamaConfig, RopeScaling};
+pub use config::{LlamaConfig, MoeConfig, RopeScaling, MODEL_TYPES};
 pub use generate::GenerateOptions;
 /// The key/value cache the models decode with: `lazyfuse::nn`'s, in its
 /// fixed-capacity form ([`Llama::new_cache`]).

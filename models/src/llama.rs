@@ -5,6 +5,7 @@
 //! runtime fuses it.
 
 use crate::config::LlamaConfig;
+use crate::moe::{swiglu, Moe};
 use crate::weights::Checkpoint;
 use crate::{ModelError, Result};
 use lazyfuse::nn::{KvCache, Linear, Module, Param};
@@ -22,9 +23,17 @@ pub(crate) struct Layer {
     pub(crate) qkv: Linear,
     pub(crate) o: Linear,
     pub(crate) post_norm: Tensor,
-    /// `[hidden, 2 * intermediate]`: gate, then up.
-    pub(crate) gate_up: Linear,
-    pub(crate) down: Linear,
+    /// Qwen3's per-head RMSNorm weights `[head_dim]` of queries and keys.
+    pub(crate) qk_norm: Option<(Tensor, Tensor)>,
+    pub(crate) mlp: Mlp,
+}
+
+/// A decoder layer's feed-forward block.
+pub(crate) enum Mlp {
+    /// SwiGLU: `gate_up` `[hidden, 2 * intermediate]` (gate, then up), `down`.
+    Dense { gate_up: Linear, down: Linear },
+    /// A mixture of SwiGLU experts (Mixtral, Qwen2-MoE, Qwen3-MoE).
+    Moe(Moe),
 }
 
 /// A Llama-family causal language model on one device.
@@ -40,26 +49,37 @@ pub struct Llama {
 }
 
 /// Loads weights by name with the shapes the config implies.
-struct Loader<'a> {
-    ck: &'a Checkpoint,
-    dev: &'a Device,
+pub(crate) struct Loader<'a> {
+    pub(crate) ck: &'a Checkpoint,
+    pub(crate) dev: &'a Device,
 }
 
 impl Loader<'_> {
-    fn vector(&self, name: &str, n: usize) -> Result<Tensor> {
+    pub(crate) fn vector(&self, name: &str, n: usize) -> Result<Tensor> {
         let v = self.ck.f32(name, &[n])?;
         Ok(Tensor::from_slice(&v, &[n], self.dev)?)
     }
 
     /// A PyTorch `[out, in]` weight, stored transposed as `[in, out]`.
-    fn linear(&self, prefix: &str, inp: usize, out: usize, bias: bool) -> Result<Linear> {
+    pub(crate) fn linear(
+        &self,
+        prefix: &str,
+        inp: usize,
+        out: usize,
+        bias: bool,
+    ) -> Result<Linear> {
         self.linears(&[(prefix, out)], inp, bias)
     }
 
     /// PyTorch `[out_j, in]` weights `prefix_j.weight` of one input width,
     /// stored transposed side by side as `[in, sum of out_j]` (and their
     /// biases, `prefix_j.bias`, concatenated likewise).
-    fn linears(&self, parts: &[(&str, usize)], inp: usize, bias: bool) -> Result<Linear> {
+    pub(crate) fn linears(
+        &self,
+        parts: &[(&str, usize)],
+        inp: usize,
+        bias: bool,
+    ) -> Result<Linear> {
         let total: usize = parts.iter().map(|&(_, out)| out).sum();
         let mut t = vec![0f32; inp * total];
         let mut b = Vec::with_capacity(total);
@@ -111,28 +131,48 @@ impl Llama {
             let p = format!("model.layers.{i}");
             let (attn, mlp) = (format!("{p}.self_attn"), format!("{p}.mlp"));
             let inter = c.intermediate_size;
+            // In checkpoint order, so a missing layer names its first tensor.
+            let input_norm = l.vector(&format!("{p}.input_layernorm.weight"), h)?;
+            let qkv = l.linears(
+                &[
+                    (&format!("{attn}.q_proj"), qd),
+                    (&format!("{attn}.k_proj"), kvd),
+                    (&format!("{attn}.v_proj"), kvd),
+                ],
+                h,
+                c.qkv_bias,
+            )?;
+            let o = l.linear(&format!("{attn}.o_proj"), qd, h, c.o_bias)?;
+            let post_norm = l.vector(&format!("{p}.post_attention_layernorm.weight"), h)?;
+            let mlp = match &c.moe {
+                Some(moe) if moe.is_sparse(i) => Mlp::Moe(Moe::load(&l, &p, h, moe)?),
+                _ => Mlp::Dense {
+                    gate_up: l.linears(
+                        &[
+                            (&format!("{mlp}.gate_proj"), inter),
+                            (&format!("{mlp}.up_proj"), inter),
+                        ],
+                        h,
+                        c.mlp_bias,
+                    )?,
+                    down: l.linear(&format!("{mlp}.down_proj"), inter, h, c.mlp_bias)?,
+                },
+            };
+            let qk_norm = if c.qk_norm {
+                Some((
+                    l.vector(&format!("{attn}.q_norm.weight"), hd)?,
+                    l.vector(&format!("{attn}.k_norm.weight"), hd)?,
+                ))
+            } else {
+                None
+            };
             layers.push(Layer {
-                input_norm: l.vector(&format!("{p}.input_layernorm.weight"), h)?,
-                qkv: l.linears(
-                    &[
-                        (&format!("{attn}.q_proj"), qd),
-                        (&format!("{attn}.k_proj"), kvd),
-                        (&format!("{attn}.v_proj"), kvd),
-                    ],
-                    h,
-                    c.qkv_bias,
-                )?,
-                o: l.linear(&format!("{attn}.o_proj"), qd, h, c.o_bias)?,
-                post_norm: l.vector(&format!("{p}.post_attention_layernorm.weight"), h)?,
-                gate_up: l.linears(
-                    &[
-                        (&format!("{mlp}.gate_proj"), inter),
-                        (&format!("{mlp}.up_proj"), inter),
-                    ],
-                    h,
-                    c.mlp_bias,
-                )?,
-                down: l.linear(&format!("{mlp}.down_proj"), inter, h, c.mlp_bias)?,
+                input_norm,
+                qkv,
+                o,
+                post_norm,
+                qk_norm,
+                mlp,
             });
         }
         let norm = l.vector("model.norm.weight", h)?;
@@ -277,8 +317,8 @@ impl Llama {
                     .reshape(&[b, t, n, hd])?
                     .permute(&[0, 2, 1, 3])?)
             };
-            let q = Llama::rope(&heads(0, nh)?, &cos, &sin)?;
-            let k_new = Llama::rope(&heads(nh, nkv)?, &cos, &sin)?;
+            let q = Llama::rope(&self.head_norm(heads(0, nh)?, l, 0)?, &cos, &sin)?;
+            let k_new = Llama::rope(&self.head_norm(heads(nh, nkv)?, l, 1)?, &cos, &sin)?;
             let v_new = heads(nh + nkv, nkv)?;
             // Written at a run-time start, so every position runs the same
             // executable, and the write touches only the chunk's rows (in
@@ -359,14 +399,28 @@ impl Llama {
             .reshape(&[b, t, self.config.hidden_size])?)
     }
 
-    /// The residual SwiGLU block: `x + down(silu(gate(h)) * up(h))`, `h` the normed `x`.
+    /// The residual feed-forward block: `x + mlp(h)`, `h` the normed `x`,
+    /// with `mlp` SwiGLU (`down(silu(gate(h)) * up(h))`) or a mixture of
+    /// SwiGLU experts.
     pub(crate) fn mlp(&self, x: &Tensor, l: &Layer) -> Result<Tensor> {
         let h = self.rms_norm(x, &l.post_norm)?;
-        let inter = self.config.intermediate_size;
-        let gu = l.gate_up.forward(&h)?;
-        let (g, up) = (gu.narrow(-1, 0, inter)?, gu.narrow(-1, inter, inter)?);
-        let act = g.mul(&g.sigmoid()?)?.mul(&up)?;
-        Ok(x.add(&l.down.forward(&act)?)?)
+        let out = match &l.mlp {
+            Mlp::Dense { gate_up, down } => down.forward(&swiglu(
+                &gate_up.forward(&h)?,
+                self.config.intermediate_size,
+            )?)?,
+            Mlp::Moe(moe) => moe.forward(&h)?,
+        };
+        Ok(x.add(&out)?)
+    }
+
+    /// Queries or keys `[.., head_dim]` normalised per head when the layer
+    /// has Qwen3's q/k norms (`which` 0 for queries, 1 for keys).
+    pub(crate) fn head_norm(&self, x: Tensor, l: &Layer, which: usize) -> Result<Tensor> {
+        match &l.qk_norm {
+            None => Ok(x),
+            Some((q, k)) => self.rms_norm(&x, if which == 0 { q } else { k }),
+        }
     }
 
     /// Logits `[batch, t, vocab]` for token ids `ids` (`batch` rows of equal

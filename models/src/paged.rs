@@ -198,8 +198,8 @@ impl Llama {
             let heads = |at: usize, k: usize| -> Result<Tensor> {
                 Ok(qkv.narrow(-1, at * hd, k * hd)?.reshape(&[b, t, k, hd])?)
             };
-            let q = Llama::rope(&heads(0, nh)?, &cos, &sin)?;
-            let k_new = Llama::rope(&heads(nh, nkv)?, &cos, &sin)?;
+            let q = Llama::rope(&self.head_norm(heads(0, nh)?, l, 0)?, &cos, &sin)?;
+            let k_new = Llama::rope(&self.head_norm(heads(nh, nkv)?, l, 1)?, &cos, &sin)?;
             let v_new = heads(nh + nkv, nkv)?;
             written.push(k_new.reshape(&[b * t, kvw])?);
             written.push(v_new.reshape(&[b * t, kvw])?);

@@ -13,6 +13,10 @@ const FIXTURES: &[&str] = &[
     "qwen2",
     "llama_bf16",
     "llama_sharded",
+    "qwen3",
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
 ];
 
 /// The tests run one at a time: one counts compiles, and the metrics are

@@ -23,7 +23,7 @@ fn close(a: &[f32], b: &[f32]) {
 #[test]
 fn chunked_prefill_and_decode_over_scattered_blocks_match_the_fixed_cache() {
     let dev = Device::cpu().unwrap();
-    for name in ["llama_gqa", "qwen2"] {
+    for name in ["llama_gqa", "qwen2", "mixtral", "qwen2_moe", "qwen3_moe"] {
         let model = Llama::load(dir(name), &dev).unwrap();
         let vocab = model.config.vocab_size;
         let prompt: Vec<u32> = (0..37).map(|k| (3 + k * 11 % 100) as u32).collect();
