@@ -39,12 +39,22 @@ pub fn all() -> Vec<Workload> {
             name: "decode_kv",
             build: decode_kv,
         },
+        Workload {
+            name: "moe_layer_fwd",
+            build: moe_layer_fwd,
+        },
         // Not in WORKLOADS.md: mlp_train_step data parallel over 4 devices.
         Workload {
             name: "mlp_train_step_ddp4",
             build: mlp_train_step_ddp4,
         },
     ]
+}
+
+/// True for workloads whose peers are this repository's
+/// (`scripts/peers/more_workloads.py`), not the shared peers script.
+pub fn repo_peers(name: &str) -> bool {
+    name == "moe_layer_fwd"
 }
 
 /// True for workloads the peers do not define (not in WORKLOADS.md).
@@ -385,6 +395,40 @@ pub fn mlp_train_step_ddp4(dev: &Device) -> Result<Step> {
         loss.backward()?;
         opt.step()?;
         loss.realize()?;
+        Ok(())
+    }))
+}
+
+/// A Mixtral-style mixture-of-experts layer: 512 tokens, hidden 512, 8
+/// SwiGLU experts of 1024, top-2 softmax routing renormalised; the
+/// token-expert pairs grouped by expert and run through two ragged products.
+fn moe_layer_fwd(dev: &Device) -> Result<Step> {
+    let (tokens, hidden, experts, inter, top_k) = (512usize, 512usize, 8usize, 1024usize, 2usize);
+    let x = Tensor::randn(&[tokens, hidden], 40, dev)?;
+    let scaled = |dims: &[usize], fan_in: usize, seed: u64| -> Result<Tensor> {
+        materialized(Tensor::randn(dims, seed, dev)?.mul(1.0 / (fan_in as f64).sqrt())?)
+    };
+    let router = scaled(&[hidden, experts], hidden, 41)?;
+    let w_gate_up = scaled(&[experts, hidden, 2 * inter], hidden, 42)?;
+    let w_down = scaled(&[experts, inter, hidden], inter, 43)?;
+    Ok(Box::new(move || {
+        let probs = x.matmul(&router)?.softmax(-1)?;
+        let (weights, chosen) = probs.topk(top_k)?;
+        let weights = weights.div(&weights.sum([-1], true)?)?;
+        let (order, positions, sizes) = chosen.reshape(&[tokens * top_k])?.group_by(experts)?;
+        let token_of_row = order.div(top_k as f64)?;
+        let xs = x.index_select(0, &token_of_row)?;
+        let gate_up = xs.ragged_dot(&w_gate_up, &sizes)?;
+        let gate = gate_up.narrow(-1, 0, inter)?;
+        let up = gate_up.narrow(-1, inter, inter)?;
+        let act = gate.mul(&gate.sigmoid()?)?.mul(&up)?;
+        let ys = act.ragged_dot(&w_down, &sizes)?;
+        let out = ys
+            .index_select(0, &positions)?
+            .reshape(&[tokens, top_k, hidden])?
+            .mul(&weights.unsqueeze(-1)?)?
+            .sum([1], false)?;
+        out.realize()?;
         Ok(())
     }))
 }

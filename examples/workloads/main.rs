@@ -335,20 +335,31 @@ fn other_peers(args: &Args, names: &[String]) -> Vec<Record> {
     } else {
         "torch,xla,jaxjit,jaxeager"
     };
-    let peer_names: Vec<String> = names
+    let systems = args.peer_systems.as_deref().unwrap_or(default_peers);
+    // The shared script defines WORKLOADS.md's base workloads; the ones
+    // added since have their peers in this repository's script.
+    let (repo, shared): (Vec<String>, Vec<String>) = names
         .iter()
         .filter(|n| !defs::lazyfuse_only(n))
         .cloned()
-        .collect();
-    run_peers(
-        py,
-        &script,
-        &args.device,
-        args.peer_systems.as_deref().unwrap_or(default_peers),
-        &peer_names,
-        args.iters,
-        args.warmup,
-    )
+        .partition(|n| defs::repo_peers(n));
+    let repo_script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/peers/more_workloads.py");
+    let mut records = Vec::new();
+    for (script, names) in [(&script, shared), (&repo_script, repo)] {
+        if !names.is_empty() {
+            records.extend(run_peers(
+                py,
+                script,
+                &args.device,
+                systems,
+                &names,
+                args.iters,
+                args.warmup,
+            ));
+        }
+    }
+    records
 }
 
 /// The table on stdout, and the `--json` and `--chart` files.
