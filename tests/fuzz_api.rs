@@ -64,7 +64,7 @@ impl Case {
         let (din, dout) = (self.cfg.d_in, self.cfg.d_out);
         let rg = |t: &Tensor| t.requires_grad();
         let r = &mut self.rng;
-        match r.below(43) {
+        match r.below(46) {
             0..=2 => Call::Leaf {
                 dims: r.dims(),
                 dtype: dt(r),
@@ -305,6 +305,30 @@ impl Case {
             37 => {
                 let i = self.entry(|t| t.numel() == 1 && t.requires_grad());
                 Call::Backward(i, self.rng.one_in(3))
+            }
+            43 => Call::Cumsum(self.any(), self.rng.axis()),
+            44 => {
+                let i = self.entry(|t| t.rank() >= 1);
+                let last = self.dims_of(i).last().copied().unwrap_or(1);
+                // Now and then an invalid k (0 or past the axis): both sides must Err.
+                let k = if self.rng.one_in(8) {
+                    self.rng.below(2) * (last + 1)
+                } else {
+                    1 + self.rng.below(last.max(1))
+                };
+                Call::Topk(i, k, self.rng.one_in(2))
+            }
+            45 => {
+                let i = self.entry(|t| t.rank() == 2);
+                let m = self.dims_of(i).first().copied().unwrap_or(0);
+                let groups = 1 + self.rng.below(4);
+                // Sizes that cover the rows, fall short of them, or overrun them.
+                let sizes = (0..groups)
+                    .map(|_| self.rng.below(m.max(1) * 2 / groups + 1) as i64)
+                    .collect();
+                let n = 1 + self.rng.below(4);
+                let seed = self.rng.below(1 << 20) as u64;
+                Call::RaggedDot(i, n, sizes, seed, self.rng.one_in(2))
             }
             40 | 41 => Call::Loss(self.entry(rg), self.rng.one_in(4)),
             42 => Call::Step,

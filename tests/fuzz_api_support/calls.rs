@@ -117,6 +117,12 @@ pub enum Call {
     LayerNormFn(usize, Option<usize>, Option<usize>),
     CrossEntropy(usize, Vec<i64>, Option<i64>),
     Gather(usize, isize, Vec<i64>, Vec<usize>),
+    Cumsum(usize, isize),
+    /// `topk(k)`: the values, or the indices when the flag is set.
+    Topk(usize, usize, bool),
+    /// `ragged_dot` of a `[m, k]` entry with a `[sizes.len(), k, n]` leaf
+    /// made from the seed (requiring grad when the flag is set).
+    RaggedDot(usize, usize, Vec<i64>, u64, bool),
     DropoutFn(usize, f64, i64, bool),
     Forward(Layer, usize),
     EmbeddingIds(Vec<i64>, Vec<usize>),

@@ -230,6 +230,25 @@ impl Side {
                 self.mark();
                 t(self, *i).gather(*a, &idx)?
             }
+            Call::Cumsum(i, a) => t(self, *i).cumsum(*a)?,
+            Call::Topk(i, k, idx) => {
+                let (v, ix) = t(self, *i).topk(*k)?;
+                if *idx {
+                    ix
+                } else {
+                    v
+                }
+            }
+            Call::RaggedDot(i, n, sizes, seed, grad) => {
+                let x = t(self, *i);
+                let k = x.dims().get(1).copied().unwrap_or(1);
+                let h = host_data(&[sizes.len(), k, *n], DType::F32, *seed);
+                let w = Tensor::from_host(&h, &self.dev)?;
+                let w = if *grad { w.with_grad()? } else { w };
+                let s = Tensor::from_slice(sizes, &[sizes.len()], &self.dev)?;
+                self.mark();
+                x.ragged_dot(&w, &s)?
+            }
             Call::DropoutFn(i, p, seed, train) => t(self, *i).dropout(*p, *seed as u64, *train)?,
             Call::Forward(l, i) => {
                 let x = t(self, *i);
@@ -332,7 +351,7 @@ pub fn exact_call(c: &Call, out_dtype: DType) -> bool {
         Call::Argmax(..) | Call::Reshape(..) | Call::Permute(..) | Call::Transpose(..) => true,
         Call::Narrow(..) | Call::Squeeze(..) | Call::Unsqueeze(..) | Call::Cat(..) => true,
         Call::BroadcastTo(..) | Call::ToDtype(..) | Call::Clamp(..) | Call::MaskedFill(..) => true,
-        Call::Detach(..) | Call::WithGrad(..) | Call::Gather(..) => true,
+        Call::Detach(..) | Call::WithGrad(..) | Call::Gather(..) | Call::Topk(..) => true,
         Call::Unary(u, _) => matches!(u, U::Neg | U::Abs | U::Relu | U::Floor),
         Call::Binary(b, ..) => matches!(b, B::Max | B::Min) || !out_dtype.is_float(),
         Call::Scalar(s, ..) => matches!(s, Sc::Max) || !out_dtype.is_float(),
@@ -353,6 +372,7 @@ pub fn inputs(c: &Call) -> Vec<usize> {
         Call::Transpose(i, ..) | Call::Narrow(i, ..) | Call::Squeeze(i, _) => vec![*i],
         Call::Unsqueeze(i, _) | Call::BroadcastTo(i, _) | Call::ToDtype(i, _) => vec![*i],
         Call::Clamp(i, ..) | Call::CrossEntropy(i, ..) | Call::Gather(i, ..) => vec![*i],
+        Call::Cumsum(i, _) | Call::Topk(i, ..) | Call::RaggedDot(i, ..) => vec![*i],
         Call::Loss(i, _) | Call::Backward(i, _) | Call::Grad(i) | Call::ZeroGrad(i) => vec![*i],
         Call::SetRequiresGrad(i, _) | Call::Read(i) | Call::Item(i) => vec![*i],
         Call::DropoutFn(i, ..) | Call::Forward(_, i) | Call::Detach(i) | Call::WithGrad(i) => {
