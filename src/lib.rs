@@ -29,6 +29,7 @@ mod backend;
 // Parts used only by the XLA backend are dead without it.
 #[cfg_attr(not(feature = "xla"), allow(dead_code))]
 mod config;
+pub mod custom;
 mod device;
 // Parts used only by the XLA backend are dead without it.
 #[cfg_attr(not(feature = "xla"), allow(dead_code))]

@@ -59,7 +59,29 @@ pub fn infer(op: &Op, inputs: &[Operand<'_>]) -> Result<(Shape, DType), InferErr
         // Contraction and indexing.
         Op::MatMul => matmul(inputs[0], inputs[1]),
         Op::IndexSelect { axis } => index_select(*axis, inputs[0], inputs[1]),
+        Op::Custom(k) => custom(k, inputs),
     }
+}
+
+/// A custom kernel: the operands must be exactly the declared parameters.
+fn custom(k: &crate::CustomKernel, inputs: &[Operand<'_>]) -> Result<(Shape, DType), InferError> {
+    if inputs.len() != k.params.len() {
+        return err(format!(
+            "kernel {} takes {} operand(s), got {}",
+            k.name,
+            k.params.len(),
+            inputs.len()
+        ));
+    }
+    for (i, ((s, d), (ws, wd))) in inputs.iter().zip(&k.params).enumerate() {
+        if *s != ws || d != wd {
+            return err(format!(
+                "kernel {} operand {i} must be {wd}{ws}, got {d}{s}",
+                k.name
+            ));
+        }
+    }
+    Ok(k.result.clone())
 }
 
 /// The operand count the op takes (at least one for variadic ops).

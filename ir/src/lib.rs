@@ -12,6 +12,7 @@
 
 #![warn(missing_docs)]
 
+mod custom;
 mod dtype;
 mod graph;
 mod host;
@@ -24,6 +25,7 @@ mod shape;
 #[cfg(feature = "test-util")]
 pub mod testutil;
 
+pub use custom::CustomKernel;
 pub use dtype::{DType, Element};
 pub use graph::{node_hash, stable_hasher, Graph, Inputs, Node, NodeId};
 pub use host::HostTensor;

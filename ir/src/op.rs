@@ -2,7 +2,7 @@
 //! inference, hashing, lowering and the reference interpreter each see the
 //! whole meaning of a node from `(op, inputs)` alone.
 
-use crate::{DType, Shape};
+use crate::{CustomKernel, DType, Shape};
 use smallvec::SmallVec;
 use std::hash::{Hash, Hasher};
 
@@ -275,6 +275,9 @@ pub enum Op {
         /// Result dtype (float).
         dtype: DType,
     },
+    /// A user's StableHLO function applied to the operands (see
+    /// [`CustomKernel`]).
+    Custom(std::sync::Arc<CustomKernel>),
 }
 
 impl Op {
@@ -302,6 +305,7 @@ impl Op {
             Op::MatMul => "matmul",
             Op::IndexSelect { .. } => "index_select",
             Op::RandomUniform { .. } => "rand_uniform",
+            Op::Custom(_) => "custom",
         }
     }
 
@@ -312,7 +316,7 @@ impl Op {
         match self {
             Op::Input { .. } | Op::Constant { .. } => 0,
             Op::Reduce { .. } | Op::ArgMax { .. } => 4,
-            Op::MatMul => 8,
+            Op::MatMul | Op::Custom(_) => 8,
             _ => 1,
         }
     }
@@ -372,7 +376,7 @@ impl Op {
             | Op::IndexSelect { .. }
             | Op::DynamicSlice { .. } => 2,
             Op::Select | Op::DynamicUpdateSlice { .. } => 3,
-            Op::Concat { .. } => return None,
+            Op::Concat { .. } | Op::Custom(_) => return None,
         })
     }
 }

@@ -18,6 +18,7 @@
 //! Backward ops are recorded under [`no_grad`] (no higher-order gradients).
 
 mod backward;
+pub(crate) mod custom;
 mod rules;
 
 use crate::lazy::TensorInner;

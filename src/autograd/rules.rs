@@ -188,6 +188,12 @@ pub(super) fn input_grads(
         | Op::Compare(_)
         | Op::ArgMax { .. }
         | Op::RandomUniform { .. } => {}
+        Op::Custom(k) => {
+            let grads = super::custom::gradient(k, x, y, g)?;
+            for (o, gi) in out.iter_mut().zip(grads) {
+                *o = gi;
+            }
+        }
         Op::Unary(u) => out[0] = Some(unary(*u, &x[0], y, g)?),
         Op::Binary(b) => {
             let [ga, gb] = binary(*b, x, y, g, need)?;

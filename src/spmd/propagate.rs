@@ -111,9 +111,12 @@ fn node_axes(graph: &Graph, id: NodeId, mesh: &Mesh, known: &HashMap<NodeId, Axe
             let ((a, sa), (b, sb)) = (of(0), of(1));
             matmul(out, (a, sa), (b, sb))
         }
-        Op::Input { .. } | Op::Constant { .. } | Op::Arange { .. } | Op::RandomUniform { .. } => {
-            none()
-        }
+        // A custom kernel's result is replicated: its function is opaque.
+        Op::Input { .. }
+        | Op::Constant { .. }
+        | Op::Arange { .. }
+        | Op::RandomUniform { .. }
+        | Op::Custom(_) => none(),
     };
     legal(axes, out, mesh)
 }

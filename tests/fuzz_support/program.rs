@@ -250,5 +250,8 @@ pub fn op_rust(op: &Op) -> String {
             "Op::RandomUniform {{ shape: {}, dtype: DType::{dtype:?} }}",
             shape_rust(shape)
         ),
+        // The op fuzzer draws IR ops the interpreter can run; custom
+        // kernels are StableHLO (tested in tests/custom.rs).
+        Op::Custom(k) => format!("/* custom kernel {} */ unimplemented!()", k.name),
     }
 }

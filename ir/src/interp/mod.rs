@@ -90,6 +90,12 @@ pub fn eval_op(op: &Op, inputs: &[&HostTensor]) -> Result<HostTensor, InferError
         Op::MatMul => reduce::matmul(x(), inputs[1], shape.clone()),
         Op::IndexSelect { axis } => index::index_select(x(), inputs[1], *axis, shape.clone()),
         Op::RandomUniform { dtype, .. } => index::random_uniform(x(), shape.clone(), *dtype),
+        Op::Custom(k) => {
+            return err(format!(
+                "custom kernel {} is StableHLO, which the reference interpreter cannot run (use an XLA device)",
+                k.name
+            ))
+        }
     };
     debug_assert_eq!(
         (&out.shape, out.dtype),

@@ -122,7 +122,8 @@ pub(crate) fn apply(
         | Op::Arange { .. }
         | Op::RandomUniform { .. }
         | Op::DynamicSlice { .. }
-        | Op::DynamicUpdateSlice { .. } => {
+        | Op::DynamicUpdateSlice { .. }
+        | Op::Custom(_) => {
             let mut args: SmallVec<[P; 3]> = SmallVec::new();
             for o in &os {
                 args.push(match o {

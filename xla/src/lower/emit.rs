@@ -73,6 +73,8 @@ pub struct Emitter<'g> {
     pub layout: Option<&'g super::SpmdLowering>,
     /// The op name whose lowering is sabotaged ([`super::Options::sabotage`]).
     pub sabotage: Option<&'g str>,
+    /// Custom kernels' functions the body calls, by symbol, each once.
+    pub funcs: Vec<(String, String)>,
 }
 
 impl<'g> Emitter<'g> {
@@ -88,6 +90,7 @@ impl<'g> Emitter<'g> {
             spmd: false,
             layout: None,
             sabotage: None,
+            funcs: Vec::new(),
         }
     }
 

@@ -103,7 +103,14 @@ fn lower(graph: &Graph, region: &Region, options: &Options<'_>) -> String {
         ops::lower_node(&mut e, id);
     }
     let rets: Vec<String> = region.outputs.iter().map(|&o| e.value(o)).collect();
-    module_text(&params, &results, &rets, &e.body, layout)
+    let mut text = module_text(&params, &results, &rets, &e.body, layout);
+    if !e.funcs.is_empty() {
+        // Custom kernels' functions go inside the module, after `@main`.
+        let end = text.rfind('}').expect("a module ends with a brace");
+        let funcs: Vec<&str> = e.funcs.iter().map(|(_, f)| f.as_str()).collect();
+        text.insert_str(end, &format!("{}\n", funcs.join("\n")));
+    }
+    text
 }
 
 /// The declarations of the region's tensor parameters (lifted scalars

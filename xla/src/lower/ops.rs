@@ -56,6 +56,7 @@ pub fn lower_node(e: &mut Emitter<'_>, id: NodeId) {
         Op::Slice { axis, start, len } => slice(e, node, *axis, *start, *len),
         Op::Concat { axis } => concat(e, node, *axis),
         Op::MatMul => matmul(e, id),
+        Op::Custom(k) => custom(e, node, k),
         Op::IndexSelect { axis } => index_select(e, node, *axis),
         Op::DynamicSlice { axis, .. } => dynamic_slice(e, node, *axis),
         Op::DynamicUpdateSlice { axis } => dynamic_update_slice(e, node, *axis),
@@ -328,4 +329,65 @@ fn arange(e: &mut Emitter<'_>, start: Literal, step: Literal, len: usize, dt: DT
     let m = e.eltwise("stablehlo.multiply", &[&i, &stepc], &s, wide, wide);
     let a = e.eltwise("stablehlo.add", &[&m, &startc], &s, wide, wide);
     e.convert(&a, &s, wide, dt)
+}
+
+/// A custom kernel: its function joins the module (once, renamed to the
+/// kernel's symbol and made private) and `@main` calls it.
+fn custom(e: &mut Emitter<'_>, node: &Node, k: &lazyfuse_ir::CustomKernel) -> String {
+    let sym = k.symbol();
+    if !e.funcs.iter().any(|(s, _)| *s == sym) {
+        e.funcs.push((sym.clone(), renamed(&k.text, &sym)));
+    }
+    let args: Vec<(String, String)> = node
+        .inputs
+        .iter()
+        .map(|&i| {
+            let n = e.graph.node(i);
+            (e.value(i), ty(&n.shape, n.dtype))
+        })
+        .collect();
+    let refs: Vec<(&str, String)> = args.iter().map(|(v, t)| (v.as_str(), t.clone())).collect();
+    e.op(
+        "func.call",
+        &refs,
+        &format!("callee = @{sym}"),
+        &ty(&node.shape, node.dtype),
+    )
+}
+
+/// `text` with its entry `@main` renamed to `sym`, and every other
+/// function it defines to `sym_<name>` (so two kernels' helpers never
+/// clash in one module), all private.
+fn renamed(text: &str, sym: &str) -> String {
+    let ident = |c: char| c.is_alphanumeric() || c == '_' || c == '$' || c == '.';
+    // The names the text defines: `func.func [visibility] @name(`.
+    let mut defined = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("func.func") {
+        rest = &rest[at + 9..];
+        if let Some(a) = rest.find('@') {
+            let name: String = rest[a + 1..].chars().take_while(|&c| ident(c)).collect();
+            defined.push(name);
+        }
+    }
+    let mut out = String::with_capacity(text.len() + 64);
+    let mut rest = text;
+    while let Some(at) = rest.find('@') {
+        out.push_str(&rest[..at]);
+        let name: String = rest[at + 1..].chars().take_while(|&c| ident(c)).collect();
+        out.push('@');
+        if name == "main" {
+            out.push_str(sym);
+        } else if defined.contains(&name) {
+            out.push_str(&format!("{sym}_{name}"));
+        } else {
+            out.push_str(&name);
+        }
+        rest = &rest[at + 1 + name.len()..];
+    }
+    out.push_str(rest);
+    // Every function private: only `@main` of the region is public.
+    out.replace("func.func public @", "func.func @")
+        .replace("func.func private @", "func.func @")
+        .replace("func.func @", "func.func private @")
 }

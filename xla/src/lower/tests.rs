@@ -247,3 +247,25 @@ fn literals_are_exact_bit_patterns() {
     assert_eq!(literal(Literal::Int(255), DType::U8), "255");
     assert_eq!(literal(Literal::Bool(true), DType::Bool), "true");
 }
+
+#[test]
+fn custom_kernels_are_private_functions_called_from_main() {
+    let mut g = GraphBuilder::new();
+    let x = g.input_f32(&[4]);
+    let kernel = |name: &str, body: &str| {
+        Op::Custom(std::sync::Arc::new(lazyfuse_ir::CustomKernel {
+            name: name.into(),
+            text: format!(
+                "func.func public @main(%a: tensor<4xf32>) -> tensor<4xf32> {{\n  %r = {body} : tensor<4xf32>\n  return %r : tensor<4xf32>\n}}"
+            ),
+            params: vec![(lazyfuse_ir::Shape::new(&[4]), DType::F32)],
+            result: (lazyfuse_ir::Shape::new(&[4]), DType::F32),
+        }))
+    };
+    let exp = kernel("exp", "stablehlo.exponential %a");
+    let y = g.push(exp.clone(), &[x]);
+    let z = g.push(kernel("neg", "stablehlo.negate %a"), &[y]);
+    // The same kernel twice: one function, called twice.
+    let w = g.push(exp, &[z]);
+    golden!("lower_custom_kernels", lowered(&g, &[w]));
+}
