@@ -16,6 +16,7 @@ import torch
 
 from . import _C
 from ._core import LazyTensor, download, upload, wrap
+from ._custom import custom_op
 from ._dispatch import LazyfuseFallbackWarning
 from ._mode import LazyfuseMode
 from . import _module  # noqa: F401  (model.to keeps tied weights tied)
@@ -25,6 +26,7 @@ __all__ = [
     "LazyfuseError",
     "LazyfuseFallbackWarning",
     "counters",
+    "custom_op",
     "device",
     "disable",
     "enable",

@@ -10,6 +10,7 @@
 //! Rust call sites for Rust programs.
 
 mod convert;
+mod custom;
 mod ops;
 mod runtime;
 
@@ -31,5 +32,6 @@ fn init_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<convert::Site>()?;
     runtime::register(m)?;
     ops::register(m)?;
+    custom::register(m)?;
     Ok(())
 }
