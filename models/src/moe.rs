@@ -12,7 +12,7 @@
 //! so a decode step compiles once.
 
 use crate::config::MoeConfig;
-use crate::llama::Loader;
+use crate::weights::Loader;
 use crate::{ModelError, Result};
 use lazyfuse::nn::{Linear, Module};
 use lazyfuse::{DType, Tensor};

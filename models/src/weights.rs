@@ -2,9 +2,12 @@
 //! shards a `model.safetensors.index.json` maps names to. Every tensor is
 //! checked against the shape the config implies before it is used, and a
 //! missing, misnamed or misshapen tensor is an `Err` that names it.
+//! [`Loader`] turns them into the model's device tensors and layers.
 
 use crate::{ModelError, Result};
 use half::{bf16, f16};
+use lazyfuse::nn::{Linear, Param};
+use lazyfuse::{Device, Tensor};
 use safetensors::{Dtype, SafeTensors};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -119,5 +122,66 @@ impl Checkpoint {
             }
         };
         Ok(out)
+    }
+}
+
+/// Loads weights by name with the shapes the config implies.
+pub(crate) struct Loader<'a> {
+    pub(crate) ck: &'a Checkpoint,
+    pub(crate) dev: &'a Device,
+}
+
+impl Loader<'_> {
+    pub(crate) fn vector(&self, name: &str, n: usize) -> Result<Tensor> {
+        let v = self.ck.f32(name, &[n])?;
+        Ok(Tensor::from_slice(&v, &[n], self.dev)?)
+    }
+
+    /// A PyTorch `[out, in]` weight, stored transposed as `[in, out]`.
+    pub(crate) fn linear(
+        &self,
+        prefix: &str,
+        inp: usize,
+        out: usize,
+        bias: bool,
+    ) -> Result<Linear> {
+        self.linears(&[(prefix, out)], inp, bias)
+    }
+
+    /// PyTorch `[out_j, in]` weights `prefix_j.weight` of one input width,
+    /// stored transposed side by side as `[in, sum of out_j]` (and their
+    /// biases, `prefix_j.bias`, concatenated likewise).
+    pub(crate) fn linears(
+        &self,
+        parts: &[(&str, usize)],
+        inp: usize,
+        bias: bool,
+    ) -> Result<Linear> {
+        let total: usize = parts.iter().map(|&(_, out)| out).sum();
+        let mut t = vec![0f32; inp * total];
+        let mut b = Vec::with_capacity(total);
+        let mut at = 0;
+        for &(prefix, out) in parts {
+            let w = self.ck.f32(&format!("{prefix}.weight"), &[out, inp])?;
+            for o in 0..out {
+                for i in 0..inp {
+                    t[i * total + at + o] = w[o * inp + i];
+                }
+            }
+            if bias {
+                b.extend(self.ck.f32(&format!("{prefix}.bias"), &[out])?);
+            }
+            at += out;
+        }
+        // Frozen: loaded weights serve inference and record no tape.
+        let b = if bias {
+            Some(Param::frozen(Tensor::from_slice(&b, &[total], self.dev)?)?)
+        } else {
+            None
+        };
+        Ok(Linear {
+            weight: Param::frozen(Tensor::from_slice(&t, &[inp, total], self.dev)?)?,
+            bias: b,
+        })
     }
 }
