@@ -1,6 +1,7 @@
 //! Gradients of custom kernels: the rule a user registers with
-//! [`crate::custom::CustomOp::with_grad`], keyed by the kernel's symbol (its
-//! text and signature), so every tensor recorded with the kernel finds it.
+//! `CustomOp::with_grad` (in the public `custom` module, which sits above
+//! autograd), keyed by the kernel's symbol (its text and signature), so
+//! every tensor recorded with the kernel finds it.
 
 use crate::{Error, Result, Tensor};
 use lazyfuse_ir::CustomKernel;
