@@ -50,6 +50,7 @@ pub fn infer(op: &Op, inputs: &[Operand<'_>]) -> Result<(Shape, DType), InferErr
         // Layout.
         Op::Reshape(to) => reshape(inputs[0], to),
         Op::Permute(perm) => permute(inputs[0], perm),
+        Op::Reverse(axes) => reverse(inputs[0], axes),
         Op::BroadcastTo(to) => broadcast_to(inputs[0], to),
         Op::ShardingConstraint(split) => sharding_constraint(inputs[0], split),
         Op::Slice { axis, start, len } => slice(inputs[0], *axis, *start, *len),
@@ -58,6 +59,7 @@ pub fn infer(op: &Op, inputs: &[Operand<'_>]) -> Result<(Shape, DType), InferErr
         Op::DynamicUpdateSlice { axis } => dynamic_update_slice(inputs, *axis),
         // Contraction and indexing.
         Op::MatMul => matmul(inputs[0], inputs[1]),
+        Op::Conv(spec) => crate::conv::infer_conv(spec, inputs[0], inputs[1]),
         Op::IndexSelect { axis } => index_select(*axis, inputs[0], inputs[1]),
         Op::Custom(k) => custom(k, inputs),
     }
@@ -264,6 +266,17 @@ fn permute((s, d): Operand<'_>, perm: &Axes) -> Result<(Shape, DType), InferErro
         }
     }
     Ok((Shape(perm.iter().map(|&p| s.dims()[p]).collect()), d))
+}
+
+/// `flip`: sorted, unique axes of the operand; any dtype.
+fn reverse((s, d): Operand<'_>, axes: &Axes) -> Result<(Shape, DType), InferError> {
+    if axes.windows(2).any(|w| w[0] >= w[1]) || axes.iter().any(|&a| a >= s.rank()) {
+        return err(format!(
+            "axes {axes:?} must be sorted, unique and below rank {}",
+            s.rank()
+        ));
+    }
+    Ok((s.clone(), d))
 }
 
 /// A sharding constraint names one mesh axis (or none) per dimension,

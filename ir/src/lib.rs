@@ -12,6 +12,7 @@
 
 #![warn(missing_docs)]
 
+mod conv;
 mod custom;
 mod dtype;
 mod graph;
@@ -25,6 +26,7 @@ mod shape;
 #[cfg(feature = "test-util")]
 pub mod testutil;
 
+pub use conv::{ConvSpec, Spatial};
 pub use custom::CustomKernel;
 pub use dtype::{DType, Element};
 pub use graph::{node_hash, stable_hasher, Graph, Inputs, Node, NodeId};

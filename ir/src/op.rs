@@ -2,7 +2,7 @@
 //! inference, hashing, lowering and the reference interpreter each see the
 //! whole meaning of a node from `(op, inputs)` alone.
 
-use crate::{CustomKernel, DType, Shape};
+use crate::{ConvSpec, CustomKernel, DType, Shape};
 use smallvec::SmallVec;
 use std::hash::{Hash, Hasher};
 
@@ -212,6 +212,10 @@ pub enum Op {
     Reshape(Shape),
     /// Output dim `i` is input dim `perm[i]`.
     Permute(Axes),
+    /// The operand with the element order along each listed axis (sorted,
+    /// unique) reversed: `flip`, and the kernel flip of a convolution's
+    /// input gradient.
+    Reverse(Axes),
     /// NumPy-style broadcast to the given shape.
     BroadcastTo(Shape),
     /// The operand itself (an identity), declared laid out over a device
@@ -255,6 +259,9 @@ pub enum Op {
     },
     /// Batched matrix product `[..., m, k] x [..., k, n]` with broadcast batch dims.
     MatMul,
+    /// A convolution `lhs [n, c, spatial..] x rhs [o, c / groups, taps..]`
+    /// (channels first), with the attributes of StableHLO's convolution.
+    Conv(Box<ConvSpec>),
     /// `index_select(x, axis, idx)`: operands `x` and a 1-D integer `idx` of
     /// length `k`; the result is `x` with dim `axis` replaced by `k`, slice `j`
     /// being `x`'s slice `idx[j]`. Indices are clamped into `0..dim` (as XLA's
@@ -296,6 +303,7 @@ impl Op {
             Op::ArgMax { .. } => "argmax",
             Op::Reshape(_) => "reshape",
             Op::Permute(_) => "permute",
+            Op::Reverse(_) => "flip",
             Op::BroadcastTo(_) => "broadcast_to",
             Op::ShardingConstraint(_) => "sharding_constraint",
             Op::Slice { .. } => "narrow",
@@ -303,6 +311,7 @@ impl Op {
             Op::DynamicSlice { .. } => "dynamic_slice",
             Op::DynamicUpdateSlice { .. } => "dynamic_update_slice",
             Op::MatMul => "matmul",
+            Op::Conv(_) => "conv",
             Op::IndexSelect { .. } => "index_select",
             Op::RandomUniform { .. } => "rand_uniform",
             Op::Custom(_) => "custom",
@@ -316,7 +325,7 @@ impl Op {
         match self {
             Op::Input { .. } | Op::Constant { .. } => 0,
             Op::Reduce { .. } | Op::ArgMax { .. } => 4,
-            Op::MatMul | Op::Custom(_) => 8,
+            Op::MatMul | Op::Conv(_) | Op::Custom(_) => 8,
             _ => 1,
         }
     }
@@ -366,6 +375,7 @@ impl Op {
             | Op::ArgMax { .. }
             | Op::Reshape(_)
             | Op::Permute(_)
+            | Op::Reverse(_)
             | Op::BroadcastTo(_)
             | Op::ShardingConstraint(_)
             | Op::Slice { .. }
@@ -373,6 +383,7 @@ impl Op {
             Op::Binary(_)
             | Op::Compare(_)
             | Op::MatMul
+            | Op::Conv(_)
             | Op::IndexSelect { .. }
             | Op::DynamicSlice { .. } => 2,
             Op::Select | Op::DynamicUpdateSlice { .. } => 3,

@@ -9,6 +9,7 @@
 //! and dynamic-shape buckets key on Python source lines, as they key on
 //! Rust call sites for Rust programs.
 
+mod conv;
 mod convert;
 mod custom;
 mod ops;
@@ -33,5 +34,6 @@ fn init_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     runtime::register(m)?;
     ops::register(m)?;
     custom::register(m)?;
+    conv::register(m)?;
     Ok(())
 }

@@ -18,8 +18,12 @@
 //! Backward ops are recorded under [`no_grad`] (no higher-order gradients).
 
 mod backward;
+mod conv;
 pub(crate) mod custom;
 mod rules;
+mod vjp;
+
+pub use vjp::vjp;
 
 use crate::lazy::TensorInner;
 use crate::tensor::{Arg, Tensor};

@@ -234,6 +234,14 @@ pub(super) fn input_grads(
                 at += w;
             }
         }
+        Op::Reverse(axes) => {
+            let axes: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
+            out[0] = Some(g.flip(&axes)?)
+        }
+        Op::Conv(spec) => {
+            let [a, b] = super::conv::conv_grads(spec, &x[0], &x[1], g, need)?;
+            (out[0], out[1]) = (a, b);
+        }
         Op::MatMul => {
             let (a, b) = (&x[0], &x[1]);
             if need[0] {

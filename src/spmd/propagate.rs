@@ -89,6 +89,15 @@ fn node_axes(graph: &Graph, id: NodeId, mesh: &Mesh, known: &HashMap<NodeId, Axe
         Op::Reduce { axes, keepdim, .. } => reduce(of(0).0, axes, *keepdim),
         Op::ArgMax { axis, keepdim } => reduce(of(0).0, &[*axis], *keepdim),
         Op::Permute(perm) => perm.iter().map(|&p| of(0).0[p]).collect(),
+        Op::Reverse(_) => of(0).0.clone(),
+        // Data parallelism: the batch keeps its split (batch groups mix it).
+        Op::Conv(spec) => {
+            let mut a = none();
+            if spec.batch_groups == 1 {
+                a[0] = of(0).0[0];
+            }
+            a
+        }
         Op::ShardingConstraint(split) => return constraint_axes(split, out, mesh),
         Op::Reshape(_) => {
             let (a, s) = of(0);

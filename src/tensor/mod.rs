@@ -15,6 +15,7 @@ mod manual;
 mod operand;
 mod ops;
 mod overload;
+mod pool;
 mod shard;
 
 pub use manual::{Local, Reduction};

@@ -75,6 +75,7 @@ fn is_bitwise(op: &Op) -> bool {
             | Op::Select
             | Op::Reshape(_)
             | Op::Permute(_)
+            | Op::Reverse(_)
             | Op::BroadcastTo(_)
             | Op::Slice { .. }
             | Op::Concat { .. }
@@ -90,7 +91,7 @@ fn nudges_operands(op: &Op) -> bool {
         ),
         Op::Binary(b) => !matches!(b, BinaryOp::Maximum | BinaryOp::Minimum),
         Op::Reduce { op, .. } => matches!(op, ReduceOp::Sum | ReduceOp::Mean),
-        Op::MatMul => true,
+        Op::MatMul | Op::Conv(_) => true,
         _ => false,
     }
 }
@@ -288,7 +289,9 @@ pub(super) fn expect(op: &Op, ops: &[Known]) -> Result<Envelope, String> {
 /// and -inf in f64; `fuzz_regressions.rs::matmul_products_overflow_in_f32`).
 fn overflow_possible(op: &Op, operands: &[&HostTensor]) -> Vec<bool> {
     let bound = match op {
-        Op::MatMul => interp::eval_op(op, &[&abs64(operands[0]), &abs64(operands[1])]),
+        Op::MatMul | Op::Conv(_) => {
+            interp::eval_op(op, &[&abs64(operands[0]), &abs64(operands[1])])
+        }
         Op::Reduce {
             op: ReduceOp::Sum | ReduceOp::Mean,
             axes,
@@ -309,7 +312,60 @@ fn overflow_possible(op: &Op, operands: &[&HostTensor]) -> Vec<bool> {
         f32::MAX as f64
     };
     let bound = bound.expect("|terms| is well typed").to_f64_vec();
-    bound.into_iter().map(|b| b > big).collect()
+    let mut open: Vec<bool> = bound.into_iter().map(|b| b > big).collect();
+    if let Op::Conv(_) = op {
+        for (o, p) in open.iter_mut().zip(padding_meets_nonfinite(op, operands)) {
+            *o |= p;
+        }
+    }
+    open
+}
+
+/// Per output of a convolution: whether a tap over padding or a dilation
+/// hole meets an infinite or NaN weight. The interpreter adds no term for
+/// such a tap; some XLA kernels multiply a zero there, giving NaN. The
+/// count of non-finite weights over all taps of an output channel, less
+/// the count over the taps that read the input, is that number of taps.
+/// XLA's CPU backend runs a grouped convolution (feature or batch groups)
+/// as one larger convolution whose kernel is masked with zeros between
+/// groups, so there a non-finite value in either operand may make any
+/// output NaN.
+fn padding_meets_nonfinite(op: &Op, operands: &[&HostTensor]) -> Vec<bool> {
+    let (x, w) = (operands[0], operands[1]);
+    if w.numel() == 0 {
+        return Vec::new();
+    }
+    if let Op::Conv(spec) = op {
+        let nonfinite = |t: &HostTensor| t.to_f64_vec().iter().any(|v| !v.is_finite());
+        let grouped = spec.batch_groups > 1 || spec.feature_groups > 1;
+        if grouped && (nonfinite(x) || nonfinite(w)) {
+            let n: usize = lazyfuse::ir::infer(op, &[(&x.shape, x.dtype), (&w.shape, w.dtype)])
+                .map_or(0, |(s, _)| s.numel());
+            return vec![true; n];
+        }
+    }
+    let nf: Vec<f64> = w
+        .to_f64_vec()
+        .iter()
+        .map(|v| if v.is_finite() { 0.0 } else { 1.0 })
+        .collect();
+    let nf = HostTensor::from_f64(&nf, w.shape.clone(), DType::F64);
+    let ones = HostTensor::from_f64(&vec![1.0; x.numel()], x.shape.clone(), DType::F64);
+    let valid =
+        interp::eval_op(op, &[&ones, &nf]).expect("the indicator convolution is well typed");
+    let (o, per_o) = (w.shape.dims()[0], w.numel() / w.shape.dims()[0].max(1));
+    let total: Vec<f64> = nf
+        .to_f64_vec()
+        .chunks(per_o.max(1))
+        .map(|c| c.iter().sum())
+        .collect();
+    let per_out: usize = valid.shape.dims()[2..].iter().product();
+    valid
+        .to_f64_vec()
+        .iter()
+        .enumerate()
+        .map(|(i, v)| total[(i / per_out.max(1)) % o] > v + 0.5)
+        .collect()
 }
 
 /// Per element of a float division by an unobserved value (`n` results):
@@ -418,6 +474,19 @@ fn own_error(op: &Op, operands: &[&HostTensor], result: &HostTensor) -> Vec<f64>
             let k = operands[0].shape.dims()[operands[0].shape.rank() - 1];
             let bound = interp::eval_op(&Op::MatMul, &[&abs64(operands[0]), &abs64(operands[1])])
                 .expect("|a| x |b| is well typed")
+                .to_f64_vec();
+            ulps(1.0)
+                .iter()
+                .zip(&bound)
+                .map(|(e, b)| sane(e + 2.0 * u * k as f64 * b))
+                .collect()
+        }
+        Op::Conv(_) => {
+            // Products per output: a weight slice's elements (in channels x taps).
+            let w = &operands[1].shape;
+            let k: usize = w.dims()[1..].iter().product();
+            let bound = interp::eval_op(op, &[&abs64(operands[0]), &abs64(operands[1])])
+                .expect("|x| * |w| is well typed")
                 .to_f64_vec();
             ulps(1.0)
                 .iter()

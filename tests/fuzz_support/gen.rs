@@ -9,6 +9,9 @@
 //! (and libFuzzer, through `arbitrary`) can drop and simplify genes freely,
 //! which is what makes shrinking work.
 
+#[path = "gen_conv.rs"]
+mod conv;
+
 use super::program::{Program, Step};
 use super::values::{
     any_input, float_input, literal_for, numeric_input, random_data, random_dim, random_dims,
@@ -51,6 +54,8 @@ enum Action {
     Slice,
     Concat,
     MatMul,
+    Conv,
+    Flip,
     /// A conversion to a float type and, right after it, arithmetic on the
     /// converted value (what fusion merges: `convert` then `mul`/`add`...).
     CastArith,
@@ -64,7 +69,7 @@ enum Action {
 }
 
 /// Weighted action table, indexed by `kind % 64`.
-const ACTIONS: [(Action, usize); 23] = [
+const ACTIONS: [(Action, usize); 25] = [
     (Action::Input, 3),
     (Action::Full, 2),
     (Action::Arange, 1),
@@ -82,6 +87,8 @@ const ACTIONS: [(Action, usize); 23] = [
     (Action::Slice, 3),
     (Action::Concat, 2),
     (Action::MatMul, 3),
+    (Action::Conv, 2),
+    (Action::Flip, 1),
     (Action::CastArith, 4),
     (Action::ScalarChain, 3),
     (Action::Read, 3),
@@ -565,6 +572,8 @@ impl Builder {
                 };
                 self.apply(Op::MatMul, vec![x, y]);
             }
+            Action::Conv => self.conv(g),
+            Action::Flip => self.flip(g),
             Action::Read | Action::Drop | Action::ReadOnThread => {
                 if let Some(i) = self.pick(g.a, &any) {
                     self.steps.push(match action(g.kind) {

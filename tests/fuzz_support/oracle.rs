@@ -361,6 +361,7 @@ fn carries_product(op: &Op, args: &[usize], products: &[bool]) -> bool {
         Op::Binary(BinaryOp::Mul) => true,
         Op::Reshape(_)
         | Op::Permute(_)
+        | Op::Reverse(_)
         | Op::BroadcastTo(_)
         | Op::Slice { .. }
         | Op::Concat { .. } => args.iter().any(|&a| products[a]),

@@ -241,6 +241,18 @@ pub fn op_rust(op: &Op) -> String {
         }
         Op::Concat { axis } => format!("Op::Concat {{ axis: {axis} }}"),
         Op::MatMul => "Op::MatMul".into(),
+        Op::Reverse(a) => format!("Op::Reverse(Axes::from_slice(&{:?}))", a.as_slice()),
+        Op::Conv(s) => format!(
+            "Op::Conv(Box::new(ConvSpec {{ stride: Spatial::from_slice(&{:?}), padding: Spatial::from_slice(&{:?}), \
+             lhs_dilation: Spatial::from_slice(&{:?}), rhs_dilation: Spatial::from_slice(&{:?}), \
+             feature_groups: {}, batch_groups: {} }}))",
+            s.stride.as_slice(),
+            s.padding.as_slice(),
+            s.lhs_dilation.as_slice(),
+            s.rhs_dilation.as_slice(),
+            s.feature_groups,
+            s.batch_groups
+        ),
         Op::IndexSelect { axis } => format!("Op::IndexSelect {{ axis: {axis} }}"),
         Op::DynamicSlice { axis, len } => {
             format!("Op::DynamicSlice {{ axis: {axis}, len: {len} }}")

@@ -110,6 +110,21 @@ pub(crate) fn permute(x: &HostTensor, perm: &[usize]) -> HostTensor {
     )
 }
 
+/// `x` with the order of elements along each of `axes` reversed.
+pub(crate) fn reverse(x: &HostTensor, axes: &[usize]) -> HostTensor {
+    let dims = x.shape.dims();
+    let strides = x.shape.strides();
+    let indices = StridedIndex::new(dims, &strides, 0).map(|i| {
+        let mut src = i;
+        for &a in axes {
+            let at = (i / strides[a]) % dims[a];
+            src = src + (dims[a] - 1 - at) * strides[a] - at * strides[a];
+        }
+        src
+    });
+    gather(x, x.shape.clone(), indices)
+}
+
 /// NumPy broadcast of `x` to `to`.
 pub(crate) fn broadcast_to(x: &HostTensor, to: &Shape) -> HostTensor {
     gather(x, to.clone(), StridedIndex::broadcast(&x.shape, to))

@@ -17,6 +17,7 @@
 //! Per-op details are documented on the (private) functions of the
 //! `elementwise`, `index`, `layout` and `reduce` submodules.
 
+mod conv;
 mod elementwise;
 mod index;
 mod layout;
@@ -79,6 +80,7 @@ pub fn eval_op(op: &Op, inputs: &[&HostTensor]) -> Result<HostTensor, InferError
         Op::ArgMax { axis, .. } => reduce::argmax(x(), *axis, shape.clone()),
         Op::Reshape(_) => layout::reshape(x(), &shape),
         Op::Permute(perm) => layout::permute(x(), perm),
+        Op::Reverse(axes) => layout::reverse(x(), axes),
         Op::BroadcastTo(_) => layout::broadcast_to(x(), &shape),
         Op::ShardingConstraint(_) => x().clone(),
         Op::Slice { axis, start, len } => layout::slice(x(), *axis, *start, *len),
@@ -88,6 +90,7 @@ pub fn eval_op(op: &Op, inputs: &[&HostTensor]) -> Result<HostTensor, InferError
             layout::dynamic_update_slice(x(), inputs[1], inputs[2], *axis)
         }
         Op::MatMul => reduce::matmul(x(), inputs[1], shape.clone()),
+        Op::Conv(spec) => conv::conv(spec, x(), inputs[1], shape.clone()),
         Op::IndexSelect { axis } => index::index_select(x(), inputs[1], *axis, shape.clone()),
         Op::RandomUniform { dtype, .. } => index::random_uniform(x(), shape.clone(), *dtype),
         Op::Custom(k) => {

@@ -39,11 +39,8 @@ UNLOWERED = {
     "_adaptive_avg_pool3d": "not yet lowered",
     "avg_pool3d": "not yet lowered",
     "max_pool3d_with_indices": "not yet lowered",
-    "max_pool2d_with_indices": "needs argmax indices of windows, not yet lowered",
-    "max_pool2d_with_indices_backward": "not yet lowered",
     "avg_pool2d_backward": "not yet lowered",
     "_adaptive_avg_pool2d_backward": "not yet lowered",
-    "convolution_backward": "not yet lowered (the device's own autograd differentiates conv2d)",
     "native_group_norm_backward": "not yet lowered",
     "reflection_pad3d": "not yet lowered",
     "replication_pad3d": "not yet lowered",
@@ -350,6 +347,37 @@ def upsample_nearest2d(x, output_size, scales=None, *rest):
         x = x.index_select(len(x.shape) + d, cast(idx, "int64").binary("minimum", n - 1))
     return x
 
+
+
+def _pool_args(kernel_size, stride, padding, dilation, ceil_mode):
+    """``(kernel, stride, padding)`` pairs, or None where the runtime's
+    pooling does not apply (dilation, ceil mode)."""
+    pair = lambda v: (v, v) if isinstance(v, int) else (v[0], v[-1])  # noqa: E731
+    if ceil_mode or pair(dilation) != (1, 1):
+        return None
+    k = pair(kernel_size)
+    s = pair(stride) if stride not in (None, [], ()) else k
+    return k, s, pair(padding)
+
+
+@lowering("max_pool2d_with_indices")
+def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    args = _pool_args(kernel_size, stride, padding, dilation, ceil_mode)
+    if args is None or len(x.shape) != 4:
+        return None
+    return _C.max_pool2d_with_indices(x, *args)
+
+
+@lowering("max_pool2d_with_indices_backward")
+def max_pool2d_with_indices_backward(gy, x, kernel_size, stride, padding, dilation, ceil_mode,
+                                     indices):
+    """The gradient at each window's first maximum (the indices PyTorch
+    passes are the ones the forward lowering computed, so they are not
+    read: the runtime differentiates the same pooling)."""
+    args = _pool_args(kernel_size, stride, padding, dilation, ceil_mode)
+    if args is None or len(x.shape) != 4:
+        return None
+    return _C.max_pool2d_backward(gy, x, *args)
 
 
 def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,

@@ -185,19 +185,62 @@ def _repeat_heads(x, rep):
     return y.reshape(list(b) + [h * rep, s, d])
 
 
-@lowering("convolution", "conv2d")
-def convolution(x, w, b=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), transposed=False,
-                output_padding=(0, 0), groups=1):
+def _ints(v, n):
+    """A per-spatial-dim argument (an int or a list) as a list of ``n``."""
+    v = [int(v)] if isinstance(v, int) else [int(a) for a in v]
+    return v * n if len(v) == 1 else v
+
+
+def _same_padding(x, w, stride, dilation):
+    """``padding="same"``/``"valid"`` as per-side pads: PyTorch puts the odd
+    element of "same" padding after the input."""
+    pads = []
+    for i, k in enumerate(w.shape[2:]):
+        total = dilation[i] * (k - 1)
+        pads.append((total // 2, total - total // 2))
+    return pads
+
+
+@lowering("convolution", "conv1d", "conv2d", "conv3d", "conv1d.padding", "conv2d.padding",
+          "conv3d.padding")
+def convolution(x, w, b=None, stride=1, padding=0, dilation=1, transposed=False,
+                output_padding=0, groups=1):
+    """``aten.convolution`` (forward and transposed) and the ``convNd``
+    overloads: one runtime convolution op, lowered to XLA's convolution."""
     if isinstance(transposed, int) and not isinstance(transposed, bool):
-        groups, transposed = transposed, False  # conv2d(x, w, b, stride, padding, dilation, groups)
-    if transposed or len(x.shape) != 4 or isinstance(padding, str):
-        return None
+        groups, transposed = transposed, False  # convNd(x, w, b, stride, padding, dilation, groups)
+    n = len(w.shape) - 2
+    unbatched = len(x.shape) == n + 1
+    if unbatched:
+        x = x.unsqueeze(0)
+    x, w = _same(x, w)
+    stride, dilation = _ints(stride, n), _ints(dilation, n)
+    if isinstance(padding, str):
+        if padding == "valid":
+            padding = [0] * n
+        else:
+            pads = _same_padding(x, w, stride, dilation)
+            y = _C.convolution_general(
+                x, w, (stride, pads, [1] * n, dilation, int(groups), 1))
+            if b is not None:
+                y = binary("add", y, cast(b, y.dtype).reshape([w.shape[0]] + [1] * n))
+            return y.squeeze(0) if unbatched else y
+    b = cast(b, x.dtype) if b is not None else None
+    args = (stride, _ints(padding, n), dilation, bool(transposed), _ints(output_padding, n),
+            int(groups))
+    y = _C.convolution(x, w, b, args)
+    return y.squeeze(0) if unbatched else y
 
-    def pair(v):
-        v = list(v) if not isinstance(v, int) else [v]
-        return (v[0], v[-1])
 
-    return x.conv2d(w, b, pair(stride), pair(padding), pair(dilation), int(groups))
+@lowering("convolution_backward")
+def convolution_backward(gy, x, w, bias_sizes, stride, padding, dilation, transposed,
+                         output_padding, groups, output_mask):
+    """The gradients of ``aten.convolution`` that ``output_mask`` asks for,
+    computed by the runtime's own gradient rule (a vector-Jacobian product)."""
+    n = len(w.shape) - 2
+    args = (_ints(stride, n), _ints(padding, n), _ints(dilation, n), bool(transposed),
+            _ints(output_padding, n), int(groups))
+    return _C.convolution_backward(gy, x, w, args, tuple(bool(m) for m in output_mask))
 
 
 @lowering("threshold_backward")

@@ -123,6 +123,8 @@ pub(crate) fn apply(
         | Op::RandomUniform { .. }
         | Op::DynamicSlice { .. }
         | Op::DynamicUpdateSlice { .. }
+        | Op::Reverse(_)
+        | Op::Conv(_)
         | Op::Custom(_) => {
             let mut args: SmallVec<[P; 3]> = SmallVec::new();
             for o in &os {

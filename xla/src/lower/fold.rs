@@ -29,6 +29,7 @@ pub fn fold(e: &mut Emitter<'_>, id: NodeId) -> Option<String> {
         }
         Op::Reshape(_)
         | Op::Permute(_)
+        | Op::Reverse(_)
         | Op::BroadcastTo(_)
         | Op::ShardingConstraint(_)
         | Op::Slice { .. } => {

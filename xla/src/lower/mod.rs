@@ -8,6 +8,7 @@
 //! of the IR becomes explicit `broadcast_in_dim`.
 
 mod contract;
+mod conv;
 mod elementwise;
 mod emit;
 mod fold;
