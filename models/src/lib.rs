@@ -14,6 +14,7 @@ pub mod generate;
 pub mod llama;
 mod moe;
 pub mod paged;
+pub mod resnet;
 pub mod tokenizer;
 pub mod weights;
 
@@ -24,6 +25,7 @@ pub use generate::GenerateOptions;
 pub use lazyfuse::nn::KvCache;
 pub use llama::Llama;
 pub use paged::{PagedKv, PagedStep};
+pub use resnet::ResNet;
 pub use tokenizer::Tokenizer;
 
 /// Why a model could not be loaded or run.

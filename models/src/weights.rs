@@ -82,6 +82,14 @@ impl Checkpoint {
         self.index.contains_key(name)
     }
 
+    /// The shape of tensor `name`, if the checkpoint holds it (models
+    /// whose architecture is implied by their weights read it, ResNet's).
+    pub fn shape(&self, name: &str) -> Option<Vec<usize>> {
+        let file = self.index.get(name)?;
+        let st = SafeTensors::deserialize(&self.files[file]).ok()?;
+        st.tensor(name).ok().map(|t| t.shape().to_vec())
+    }
+
     /// Tensor `name` as f32 (f32, bf16 and f16 are converted exactly),
     /// which must have shape `dims`.
     pub fn f32(&self, name: &str, dims: &[usize]) -> Result<Vec<f32>> {

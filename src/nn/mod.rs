@@ -10,12 +10,14 @@ mod attention;
 mod io;
 mod kv;
 mod layers;
+mod norm;
 pub mod parallel;
 
 pub use attention::{Block, CausalSelfAttention};
 pub use io::{load, load_tensors, save, save_tensors};
 pub use kv::{KvCache, LayerCache};
 pub use layers::{Conv2d, Dropout, Embedding, LayerNorm, Linear};
+pub use norm::{BatchNorm, GroupNorm};
 
 use crate::{Error, Result, Tensor};
 use parking_lot::RwLock;
