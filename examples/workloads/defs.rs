@@ -43,6 +43,10 @@ pub fn all() -> Vec<Workload> {
             name: "moe_layer_fwd",
             build: moe_layer_fwd,
         },
+        Workload {
+            name: "resnet18_train_step",
+            build: resnet18_train_step,
+        },
         // Not in WORKLOADS.md: mlp_train_step data parallel over 4 devices.
         Workload {
             name: "mlp_train_step_ddp4",
@@ -54,7 +58,7 @@ pub fn all() -> Vec<Workload> {
 /// True for workloads whose peers are this repository's
 /// (`scripts/peers/more_workloads.py`), not the shared peers script.
 pub fn repo_peers(name: &str) -> bool {
-    name == "moe_layer_fwd"
+    matches!(name, "moe_layer_fwd" | "resnet18_train_step")
 }
 
 /// True for workloads the peers do not define (not in WORKLOADS.md).
@@ -429,6 +433,27 @@ fn moe_layer_fwd(dev: &Device) -> Result<Step> {
             .mul(&weights.unsqueeze(-1)?)?
             .sum([1], false)?;
         out.realize()?;
+        Ok(())
+    }))
+}
+
+/// One SGD step (momentum 0.9, weight decay 1e-4) of torchvision's
+/// ResNet-18 in training mode on a batch of 16 64x64 images, 10 classes.
+fn resnet18_train_step(dev: &Device) -> Result<Step> {
+    use lazyfuse::nn::Module;
+    use lazyfuse::optim::{params_of, Optimizer, Sgd};
+    let model = lazyfuse_models::ResNet::resnet18(10, 50, dev)
+        .map_err(|e| lazyfuse::Error::Internal(e.to_string()))?;
+    let mut opt = Sgd::new(params_of(&model.parameters()), 0.01, 0.9, 1e-4)?;
+    let x = Tensor::randn(&[16, 3, 64, 64], 51, dev)?;
+    let labels: Vec<i64> = (0..16).map(|i| (i * 7 % 10) as i64).collect();
+    let y = Tensor::from_slice(&labels, &[16], dev)?;
+    Ok(Box::new(move || {
+        opt.zero_grad();
+        let loss = model.forward(&x)?.cross_entropy(&y, None)?;
+        loss.backward()?;
+        opt.step()?;
+        loss.realize()?;
         Ok(())
     }))
 }

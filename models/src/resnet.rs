@@ -60,6 +60,27 @@ impl ConvBn {
         })
     }
 
+    /// A fresh `k x k` convolution from `cin` to `cout` channels, weights
+    /// drawn as torchvision does (He normal over the fan-out), and a batch
+    /// norm at scale 1, shift 0.
+    fn random(
+        cin: usize,
+        cout: usize,
+        k: usize,
+        stride: usize,
+        seed: u64,
+        dev: &Device,
+    ) -> Result<ConvBn> {
+        let std = (2.0 / (cout * k * k) as f64).sqrt();
+        let w = Tensor::randn(&[cout, cin, k, k], seed, dev)?.mul(std)?;
+        Ok(ConvBn {
+            weight: Param::new(w)?,
+            stride,
+            padding: k / 2,
+            bn: BatchNorm::new(cout, dev)?,
+        })
+    }
+
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let (s, p) = (self.stride, self.padding);
         let y = x.conv2d(&self.weight.tensor(), None, (s, s), (p, p), (1, 1), 1)?;
@@ -112,6 +133,67 @@ pub struct ResNet {
 }
 
 impl ResNet {
+    /// torchvision's `resnet18()`: basic blocks 2-2-2-2, freshly
+    /// initialised from `seed` as torchvision initialises it.
+    pub fn resnet18(classes: usize, seed: u64, dev: &Device) -> Result<ResNet> {
+        ResNet::random(false, [2, 2, 2, 2], classes, seed, dev)
+    }
+
+    /// torchvision's `resnet50()`: bottlenecks 3-4-6-3.
+    pub fn resnet50(classes: usize, seed: u64, dev: &Device) -> Result<ResNet> {
+        ResNet::random(true, [3, 4, 6, 3], classes, seed, dev)
+    }
+
+    /// A fresh ResNet of basic blocks or bottlenecks, `blocks` per stage,
+    /// with torchvision's widths (64, 128, 256, 512 planes).
+    pub fn random(
+        bottleneck: bool,
+        blocks: [usize; 4],
+        classes: usize,
+        seed: u64,
+        dev: &Device,
+    ) -> Result<ResNet> {
+        let mut next = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let mut seed = || {
+            next = lazyfuse::ir::splitmix64(next);
+            next
+        };
+        let stem = ConvBn::random(3, 64, 7, 2, seed(), dev)?;
+        let expansion = if bottleneck { 4 } else { 1 };
+        let mut cin = 64;
+        let mut stages = Vec::new();
+        for (s, &n) in blocks.iter().enumerate() {
+            let planes = 64 << s;
+            let out = planes * expansion;
+            let mut stage = Vec::new();
+            for b in 0..n {
+                let stride = if s > 0 && b == 0 { 2 } else { 1 };
+                let convs = if bottleneck {
+                    vec![
+                        ConvBn::random(cin, planes, 1, 1, seed(), dev)?,
+                        ConvBn::random(planes, planes, 3, stride, seed(), dev)?,
+                        ConvBn::random(planes, out, 1, 1, seed(), dev)?,
+                    ]
+                } else {
+                    vec![
+                        ConvBn::random(cin, planes, 3, stride, seed(), dev)?,
+                        ConvBn::random(planes, planes, 3, 1, seed(), dev)?,
+                    ]
+                };
+                let downsample = if stride != 1 || cin != out {
+                    Some(ConvBn::random(cin, out, 1, stride, seed(), dev)?)
+                } else {
+                    None
+                };
+                stage.push(Block { convs, downsample });
+                cin = out;
+            }
+            stages.push(stage);
+        }
+        let fc = Linear::new(cin, classes, true, seed(), dev)?;
+        Ok(ResNet { stem, stages, fc })
+    }
+
     /// Loads `dir/model.safetensors` (or a sharded checkpoint with its
     /// index) holding a torchvision ResNet state dict. A missing or
     /// misshapen tensor is an `Err` naming it.

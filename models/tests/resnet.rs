@@ -148,3 +148,28 @@ fn a_missing_tensor_is_an_error_naming_it() {
     }
     std::fs::remove_dir_all(&tmp).ok();
 }
+
+#[test]
+fn fresh_resnets_have_torchvisions_parameters() {
+    let _s = serial();
+    let dev = Device::cpu().unwrap();
+    // torchvision.models.resnet18() / resnet50(): 11,689,512 and 25,557,032.
+    for (m, count) in [
+        (ResNet::resnet18(1000, 0, &dev).unwrap(), 11_689_512usize),
+        (ResNet::resnet50(1000, 0, &dev).unwrap(), 25_557_032),
+    ] {
+        let params = m.parameters();
+        let total: usize = params.iter().map(|(_, p)| p.tensor().numel()).sum();
+        assert_eq!(total, count);
+        let names: Vec<&str> = params.iter().map(|(n, _)| n.as_str()).collect();
+        for n in [
+            "conv1.weight",
+            "bn1.bias",
+            "layer2.0.downsample.0.weight",
+            "layer4.1.bn2.weight",
+            "fc.bias",
+        ] {
+            assert!(names.contains(&n), "{n} missing from {names:?}");
+        }
+    }
+}

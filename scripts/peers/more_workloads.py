@@ -10,7 +10,12 @@ experts of 1024, top-2 softmax routing, renormalised).
   jaxjit    jax.jit with jax.lax.ragged_dot over the pairs sorted by expert;
             also reported as jaxjit-masked: every expert on every token,
             weighted by the routing (zero where not chosen).
-Usage: python more_workloads.py [workload ...] [--systems torch,jaxjit]
+resnet18_train_step: one SGD step (momentum 0.9, weight decay 1e-4) of
+torchvision's ResNet-18 (10 classes) in training mode, batch 16 of 3x64x64.
+  torch     PyTorch CPU eager (torchvision.models.resnet18 when installed,
+            else the same network written out below).
+  inductor  the same step with the model under torch.compile (inductor).
+Usage: python more_workloads.py [workload ...] [--systems torch,jaxjit,inductor]
 """
 import argparse, statistics, time
 
@@ -93,19 +98,83 @@ def jax_moe():
             "jaxjit-masked": lambda: masked(x).block_until_ready()}
 
 
-SYSTEMS = {"torch": torch_moe, "jaxjit": jax_moe}
+def resnet18(classes):
+    """torchvision's resnet18 (basic blocks 2-2-2-2), or the same network."""
+    try:
+        import torchvision
+        return torchvision.models.resnet18(num_classes=classes)
+    except ImportError:
+        pass
+    import torch.nn as nn
+
+    class Basic(nn.Module):
+        def __init__(self, cin, planes, stride):
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, planes, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(planes)
+            self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(planes)
+            self.relu = nn.ReLU(inplace=True)
+            self.downsample = None
+            if stride != 1 or cin != planes:
+                self.downsample = nn.Sequential(nn.Conv2d(cin, planes, 1, stride, bias=False),
+                                                nn.BatchNorm2d(planes))
+
+        def forward(self, x):
+            out = self.relu(self.bn1(self.conv1(x)))
+            out = self.bn2(self.conv2(out))
+            return self.relu(out + (x if self.downsample is None else self.downsample(x)))
+
+    layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
+              nn.MaxPool2d(3, 2, 1)]
+    cin = 64
+    for i, planes in enumerate([64, 128, 256, 512]):
+        for j in range(2):
+            layers.append(Basic(cin, planes, 2 if (i > 0 and j == 0) else 1))
+            cin = planes
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, classes)]
+    return nn.Sequential(*layers)
+
+
+def torch_resnet(compiled):
+    import torch
+    import torch.nn.functional as F
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    model = resnet18(10)
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
+    x = torch.randn(16, 3, 64, 64)
+    y = torch.tensor([i * 7 % 10 for i in range(16)])
+    fwd = torch.compile(model) if compiled else model
+
+    def run():
+        opt.zero_grad()
+        loss = F.cross_entropy(fwd(x), y)
+        loss.backward()
+        opt.step()
+        return loss.item()
+    return run
+
+
+SYSTEMS = {
+    "moe_layer_fwd": {"torch": torch_moe, "jaxjit": jax_moe},
+    "resnet18_train_step": {"torch": lambda: {"torch": torch_resnet(False)},
+                            "inductor": lambda: {"inductor": torch_resnet(True)}},
+}
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("names", nargs="*")
-    ap.add_argument("--systems", default="torch,jaxjit")
+    ap.add_argument("--systems", default="torch,jaxjit,inductor")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     a = ap.parse_args()
-    names = a.names or ["moe_layer_fwd"]
-    for system in a.systems.split(","):
-        if system not in SYSTEMS or "moe_layer_fwd" not in names:
-            continue
-        for label, fn in SYSTEMS[system]().items():
-            ms = timeit(fn, a.warmup, a.iters)
-            print(f"moe_layer_fwd\t{label}\t{ms:.3f} ms", flush=True)
+    names = a.names or list(SYSTEMS)
+    for name in names:
+        for system in a.systems.split(","):
+            if system not in SYSTEMS.get(name, {}):
+                continue
+            for label, fn in SYSTEMS[name][system]().items():
+                ms = timeit(fn, a.warmup, a.iters)
+                print(f"{name}\t{label}\t{ms:.3f} ms", flush=True)
