@@ -61,6 +61,9 @@ pub fn infer(op: &Op, inputs: &[Operand<'_>]) -> Result<(Shape, DType), InferErr
         Op::MatMul => matmul(inputs[0], inputs[1]),
         Op::Conv(spec) => crate::conv::infer_conv(spec, inputs[0], inputs[1]),
         Op::IndexSelect { axis } => index_select(*axis, inputs[0], inputs[1]),
+        Op::ScatterAdd { axis } => {
+            crate::scatter::infer_scatter_add(*axis, inputs[0], inputs[1], inputs[2])
+        }
         Op::Custom(k) => custom(k, inputs),
     }
 }

@@ -22,6 +22,7 @@ pub mod interp;
 mod op;
 mod origin;
 mod rng;
+mod scatter;
 mod shape;
 #[cfg(feature = "test-util")]
 pub mod testutil;

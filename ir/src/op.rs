@@ -271,6 +271,16 @@ pub enum Op {
         /// The axis indexed.
         axis: usize,
     },
+    /// `x` with `src`'s slices added along `axis` at the indices: operands
+    /// `x`, a 1-D integer `idx` of length `k` and `src` (`x`'s shape with
+    /// dim `axis` of `k`); slice `j` of `src` is added to slice `idx[j]`
+    /// (clamped into `0..dim`, as [`Op::IndexSelect`] reads), repeats
+    /// accumulating. The transpose of `index_select`: its gradient, and the
+    /// sparse update of a large table.
+    ScatterAdd {
+        /// The axis indexed.
+        axis: usize,
+    },
     /// Uniform `[0, 1)` values of float `dtype` and `shape` from a counter-based
     /// generator: element `i` (row-major) is a pure function of `(seed, i)`, so
     /// fused, unfused and interpreted runs draw the same numbers. The single
@@ -313,6 +323,7 @@ impl Op {
             Op::MatMul => "matmul",
             Op::Conv(_) => "conv",
             Op::IndexSelect { .. } => "index_select",
+            Op::ScatterAdd { .. } => "index_add",
             Op::RandomUniform { .. } => "rand_uniform",
             Op::Custom(_) => "custom",
         }
@@ -324,7 +335,7 @@ impl Op {
     pub fn compile_cost(&self) -> usize {
         match self {
             Op::Input { .. } | Op::Constant { .. } => 0,
-            Op::Reduce { .. } | Op::ArgMax { .. } => 4,
+            Op::Reduce { .. } | Op::ArgMax { .. } | Op::ScatterAdd { .. } => 4,
             Op::MatMul | Op::Conv(_) | Op::Custom(_) => 8,
             _ => 1,
         }
@@ -386,7 +397,7 @@ impl Op {
             | Op::Conv(_)
             | Op::IndexSelect { .. }
             | Op::DynamicSlice { .. } => 2,
-            Op::Select | Op::DynamicUpdateSlice { .. } => 3,
+            Op::Select | Op::DynamicUpdateSlice { .. } | Op::ScatterAdd { .. } => 3,
             Op::Concat { .. } | Op::Custom(_) => return None,
         })
     }

@@ -134,22 +134,11 @@ fn reduce(op: ReduceOp, axes: &[usize], x: &Tensor, y: &Tensor, g: &Tensor) -> R
 
 /// Scatter-add of `g` (shaped like `x` with `k` slices along `axis`) back into
 /// `x`'s shape: a one-hot `[k, n]` matrix contracted with `g` along `axis`.
+/// The gradient of a lookup: the output gradient's slices added back at
+/// the (clamped) indices they were read from, one scatter.
 fn index_select(x: &Tensor, idx: &Tensor, axis: usize, g: &Tensor) -> Result<Tensor> {
-    let n = x.dims()[axis];
-    let k = idx.numel();
-    let idx = idx.maximum(0.0)?.minimum(n.saturating_sub(1) as f64)?;
-    let classes = Tensor::arange(0.0, n as f64, idx.dtype(), x.device())?.reshape(&[1, n])?;
-    let onehot = idx.reshape(&[k, 1])?.eq(&classes)?.to_dtype(x.dtype())?;
-    let r = x.rank();
-    let mut perm: Vec<usize> = (0..r).filter(|&d| d != axis).collect();
-    perm.push(axis);
-    let gp = g.permute_axes(&perm)?;
-    let moved = gp.unsqueeze(0)?.matmul(&onehot)?.squeeze(0)?;
-    let mut inv = vec![0; r];
-    for (i, &p) in perm.iter().enumerate() {
-        inv[p] = i;
-    }
-    moved.permute_axes(&inv)
+    let zeros = Tensor::zeros(x.dims(), g.dtype(), g.device())?;
+    zeros.index_add(axis as isize, idx, g)
 }
 
 fn slice_back(x: &Tensor, axis: usize, start: usize, len: usize, g: &Tensor) -> Result<Tensor> {
@@ -252,6 +241,12 @@ pub(super) fn input_grads(
             }
         }
         Op::IndexSelect { axis } => out[0] = Some(index_select(&x[0], &x[1], *axis, g)?),
+        Op::ScatterAdd { axis } => {
+            out[0] = Some(g.clone());
+            if need[2] {
+                out[2] = Some(g.index_select(*axis as isize, &x[1])?);
+            }
+        }
         // The start is clamped the same way forward and backward, so the
         // gradient lands where the values were read or written.
         Op::DynamicSlice { axis, .. } => {

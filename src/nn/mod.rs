@@ -7,6 +7,7 @@
 //! [`save`] and [`load`] use in safetensors files.
 
 mod attention;
+mod bag;
 mod io;
 mod kv;
 mod layers;
@@ -14,6 +15,7 @@ mod norm;
 pub mod parallel;
 
 pub use attention::{Block, CausalSelfAttention};
+pub use bag::EmbeddingBag;
 pub use io::{load, load_tensors, save, save_tensors};
 pub use kv::{KvCache, LayerCache};
 pub use layers::{Conv2d, Dropout, Embedding, LayerNorm, Linear};
@@ -75,6 +77,24 @@ impl Param {
         let v = value.detach()?;
         v.set_requires_grad(true)?;
         *self.0.write() = v;
+        Ok(())
+    }
+
+    /// Replaces the value of a frozen parameter (a sparse embedding table
+    /// updated by its optimizer): as [`Param::set`], but the new value does
+    /// not require grad either.
+    #[track_caller]
+    pub(crate) fn set_frozen(&self, value: Tensor) -> Result<()> {
+        let old = self.tensor();
+        if old.shape() != value.shape() || old.dtype() != value.dtype() {
+            return Err(Error::op(
+                "Param::set",
+                "the new value must keep the parameter's shape and dtype",
+                format!("{}, {}", old.describe(), value.describe()),
+                crate::site::caller(),
+            ));
+        }
+        *self.0.write() = value.detach()?;
         Ok(())
     }
 

@@ -13,10 +13,12 @@
 mod adamw;
 mod clip;
 mod sgd;
+mod sparse;
 
 pub use adamw::AdamW;
 pub use clip::clip_grad_norm;
 pub use sgd::Sgd;
+pub use sparse::SparseSgd;
 
 use crate::nn::Param;
 use crate::{DType, Device, HostTensor, Result, Shape, Tensor};

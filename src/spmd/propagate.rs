@@ -104,6 +104,7 @@ fn node_axes(graph: &Graph, id: NodeId, mesh: &Mesh, known: &HashMap<NodeId, Axe
             reshape(a, s, out)
         }
         Op::Slice { axis, .. }
+        | Op::ScatterAdd { axis }
         | Op::DynamicSlice { axis, .. }
         | Op::Concat { axis }
         | Op::DynamicUpdateSlice { axis } => {

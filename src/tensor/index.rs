@@ -1,5 +1,6 @@
-//! Indexed reads and seeded random tensors, recorded as graph ops so they fuse
-//! with their consumers (embedding lookups, dropout masks).
+//! Indexed reads and accumulation, and seeded random tensors, recorded as
+//! graph ops so they fuse with their neighbours (embedding lookups and their
+//! gradients, dropout masks).
 
 use super::Tensor;
 use crate::{Device, Error, Key, Result};
@@ -15,6 +16,19 @@ impl Tensor {
         let loc = crate::site::caller();
         let axis = self.axis("index_select", axis, self.rank(), loc)?;
         Tensor::apply(Op::IndexSelect { axis }, &[self, idx], loc)
+    }
+
+    /// `self` with slice `j` of `src` added to slice `idx[j]` along `axis`
+    /// (PyTorch's `index_add`; repeated indices accumulate, out-of-range
+    /// ones clamp like [`Tensor::index_select`]). `src` has `self`'s shape
+    /// with `idx.len()` along `axis`. One scatter: the gradient of a lookup
+    /// and the sparse update of a large table (a donated table is updated in
+    /// place, only the indexed rows touched).
+    #[track_caller]
+    pub fn index_add(&self, axis: isize, idx: &Tensor, src: &Tensor) -> Result<Tensor> {
+        let loc = crate::site::caller();
+        let axis = self.axis("index_add", axis, self.rank(), loc)?;
+        Tensor::apply(Op::ScatterAdd { axis }, &[self, idx, src], loc)
     }
 
     /// `len` elements along `axis` from the run-time `start` (an integer

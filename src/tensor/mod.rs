@@ -4,6 +4,7 @@
 //! site, naming the caller's line), then records; nothing runs until a sync
 //! point needs a value.
 
+mod bag;
 mod composite;
 mod conv;
 mod create;

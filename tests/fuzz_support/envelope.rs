@@ -91,7 +91,7 @@ fn nudges_operands(op: &Op) -> bool {
         ),
         Op::Binary(b) => !matches!(b, BinaryOp::Maximum | BinaryOp::Minimum),
         Op::Reduce { op, .. } => matches!(op, ReduceOp::Sum | ReduceOp::Mean),
-        Op::MatMul | Op::Conv(_) => true,
+        Op::MatMul | Op::Conv(_) | Op::ScatterAdd { .. } => true,
         _ => false,
     }
 }
@@ -292,6 +292,9 @@ fn overflow_possible(op: &Op, operands: &[&HostTensor]) -> Vec<bool> {
         Op::MatMul | Op::Conv(_) => {
             interp::eval_op(op, &[&abs64(operands[0]), &abs64(operands[1])])
         }
+        Op::ScatterAdd { .. } if operands[0].dtype.is_float() => {
+            interp::eval_op(op, &[&abs64(operands[0]), operands[1], &abs64(operands[2])])
+        }
         Op::Reduce {
             op: ReduceOp::Sum | ReduceOp::Mean,
             axes,
@@ -479,6 +482,25 @@ fn own_error(op: &Op, operands: &[&HostTensor], result: &HostTensor) -> Vec<f64>
                 .iter()
                 .zip(&bound)
                 .map(|(e, b)| sane(e + 2.0 * u * k as f64 * b))
+                .collect()
+        }
+        Op::ScatterAdd { .. } if d.is_float() => {
+            // x plus up to k source elements, added in XLA's order (half
+            // types in f32, rounded once at the end).
+            let acc_u = if matches!(d, DType::BF16 | DType::F16) {
+                unit_roundoff(DType::F32)
+            } else {
+                u
+            };
+            let k = operands[1].numel() as f64 + 1.0;
+            let bound =
+                interp::eval_op(op, &[&abs64(operands[0]), operands[1], &abs64(operands[2])])
+                    .expect("|x| + |src| is well typed")
+                    .to_f64_vec();
+            ulps(1.0)
+                .iter()
+                .zip(&bound)
+                .map(|(e, b)| sane(e + 2.0 * acc_u * k * b))
                 .collect()
         }
         Op::Conv(_) => {

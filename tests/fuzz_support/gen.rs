@@ -9,8 +9,8 @@
 //! (and libFuzzer, through `arbitrary`) can drop and simplify genes freely,
 //! which is what makes shrinking work.
 
-#[path = "gen_conv.rs"]
-mod conv;
+#[path = "gen_extra.rs"]
+mod extra;
 
 use super::program::{Program, Step};
 use super::values::{
@@ -56,6 +56,7 @@ enum Action {
     MatMul,
     Conv,
     Flip,
+    IndexAdd,
     /// A conversion to a float type and, right after it, arithmetic on the
     /// converted value (what fusion merges: `convert` then `mul`/`add`...).
     CastArith,
@@ -69,7 +70,7 @@ enum Action {
 }
 
 /// Weighted action table, indexed by `kind % 64`.
-const ACTIONS: [(Action, usize); 25] = [
+const ACTIONS: [(Action, usize); 26] = [
     (Action::Input, 3),
     (Action::Full, 2),
     (Action::Arange, 1),
@@ -89,6 +90,7 @@ const ACTIONS: [(Action, usize); 25] = [
     (Action::MatMul, 3),
     (Action::Conv, 2),
     (Action::Flip, 1),
+    (Action::IndexAdd, 2),
     (Action::CastArith, 4),
     (Action::ScalarChain, 3),
     (Action::Read, 3),
@@ -574,6 +576,7 @@ impl Builder {
             }
             Action::Conv => self.conv(g),
             Action::Flip => self.flip(g),
+            Action::IndexAdd => self.index_add(g),
             Action::Read | Action::Drop | Action::ReadOnThread => {
                 if let Some(i) = self.pick(g.a, &any) {
                     self.steps.push(match action(g.kind) {

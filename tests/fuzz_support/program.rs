@@ -241,6 +241,7 @@ pub fn op_rust(op: &Op) -> String {
         }
         Op::Concat { axis } => format!("Op::Concat {{ axis: {axis} }}"),
         Op::MatMul => "Op::MatMul".into(),
+        Op::ScatterAdd { axis } => format!("Op::ScatterAdd {{ axis: {axis} }}"),
         Op::Reverse(a) => format!("Op::Reverse(Axes::from_slice(&{:?}))", a.as_slice()),
         Op::Conv(s) => format!(
             "Op::Conv(Box::new(ConvSpec {{ stride: Spatial::from_slice(&{:?}), padding: Spatial::from_slice(&{:?}), \

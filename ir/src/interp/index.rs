@@ -1,7 +1,9 @@
-//! Indexed reads (`index_select`) and the counter-based random generator.
-//! Both are bit-exact definitions: selection copies element bytes, and the
-//! generator is integer arithmetic followed by one exact scaling.
+//! Indexed reads (`index_select`) and accumulation (`index_add`), and the
+//! counter-based random generator. Selection copies element bytes, the
+//! generator is integer arithmetic followed by one exact scaling, and the
+//! accumulation adds exactly and rounds once.
 
+use super::elementwise::Values;
 use super::layout::gather;
 use crate::{DType, HostTensor, Shape};
 
@@ -29,6 +31,54 @@ pub(crate) fn index_select(
             .flat_map(move |&p| (0..inner).map(move |i| (o * len + p) * inner + i))
     });
     gather(x, shape, indices)
+}
+
+/// `x` with slice `j` of `src` added to slice `clamp(idx[j], 0, dim - 1)`
+/// along `axis`. Floats add exactly (in f64, in index order) and round
+/// once per element; integers wrap.
+pub(crate) fn scatter_add(
+    x: &HostTensor,
+    idx: &HostTensor,
+    src: &HostTensor,
+    axis: usize,
+) -> HostTensor {
+    let dims = x.shape.dims();
+    let n = dims[axis];
+    let inner: usize = dims[axis + 1..].iter().product();
+    let outer: usize = dims[..axis].iter().product();
+    let k = idx.numel();
+    let picks: Vec<usize> = idx
+        .to_i64_vec()
+        .into_iter()
+        .map(|i| i.clamp(0, (n as i64 - 1).max(0)) as usize)
+        .collect();
+    let target = |o: usize, j: usize, i: usize| (o * n + picks[j]) * inner + i;
+    let source = |o: usize, j: usize, i: usize| (o * k + j) * inner + i;
+    let out = match (Values::of(x), Values::of(src)) {
+        (Values::F(mut v), Values::F(s)) => {
+            for o in 0..outer {
+                for j in 0..k {
+                    for i in 0..inner {
+                        v[target(o, j, i)] += s[source(o, j, i)];
+                    }
+                }
+            }
+            Values::F(v)
+        }
+        (Values::I(mut v), Values::I(s)) => {
+            for o in 0..outer {
+                for j in 0..k {
+                    for i in 0..inner {
+                        let t = target(o, j, i);
+                        v[t] = v[t].wrapping_add(s[source(o, j, i)]);
+                    }
+                }
+            }
+            Values::I(v)
+        }
+        _ => unreachable!("infer checks that x and src share a dtype"),
+    };
+    out.encode(x.shape.clone(), x.dtype)
 }
 
 /// One round of the `lowbias32` integer hash (a bijection on u32).

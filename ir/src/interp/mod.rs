@@ -92,6 +92,7 @@ pub fn eval_op(op: &Op, inputs: &[&HostTensor]) -> Result<HostTensor, InferError
         Op::MatMul => reduce::matmul(x(), inputs[1], shape.clone()),
         Op::Conv(spec) => conv::conv(spec, x(), inputs[1], shape.clone()),
         Op::IndexSelect { axis } => index::index_select(x(), inputs[1], *axis, shape.clone()),
+        Op::ScatterAdd { axis } => index::scatter_add(x(), inputs[1], inputs[2], *axis),
         Op::RandomUniform { dtype, .. } => index::random_uniform(x(), shape.clone(), *dtype),
         Op::Custom(k) => {
             return err(format!(

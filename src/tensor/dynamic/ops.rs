@@ -114,6 +114,9 @@ pub(crate) fn apply(
         }
         Op::MatMul => matmul(&ctx, v(0), v(1), &shape)?,
         Op::IndexSelect { axis } => index_select(&ctx, v(0), v(1), *axis, &shape)?,
+        Op::ScatterAdd { axis } if scatter_aligned(v(0), v(2), *axis) => {
+            scatter_add(&ctx, (v(0), v(1), v(2)), *axis, &shape)?
+        }
         Op::RandomUniform { dtype, .. } if site.0 != 0 => {
             super::random::rand_uniform(&ctx, v(0), &shape, *dtype, site.0)?
         }
@@ -125,6 +128,7 @@ pub(crate) fn apply(
         | Op::DynamicUpdateSlice { .. }
         | Op::Reverse(_)
         | Op::Conv(_)
+        | Op::ScatterAdd { .. }
         | Op::Custom(_) => {
             let mut args: SmallVec<[P; 3]> = SmallVec::new();
             for o in &os {
@@ -540,5 +544,35 @@ fn index_select(ctx: &Ctx<'_>, x: &V, idx: &V, axis: usize, r: &Shape) -> Result
         .collect();
     axes[axis] = idx.is_dyn(0).then(|| (idx.cap(0), idx.limit.dims()[0]));
     let t = ctx.rec(Op::IndexSelect { axis }, &[P::T(x.t.clone()), P::T(i)])?;
+    Ok(V::with_axes(t, r, &axes))
+}
+
+/// Whether `index_add` can run on padded values: the target's indexed axis
+/// is static and every other axis is padded alike in target and source.
+fn scatter_aligned(x: &V, src: &V, axis: usize) -> bool {
+    !x.is_dyn(axis)
+        && (0..x.shape.rank())
+            .filter(|&a| a != axis)
+            .all(|a| x.is_dyn(a) == src.is_dyn(a) && (!x.is_dyn(a) || x.cap(a) == src.cap(a)))
+}
+
+/// `index_add` of a dynamic number of slices (a lookup's gradient over a
+/// dynamic sequence): index list and source padded to one capacity, the
+/// padded source slices zeroed, so they add nothing wherever they point.
+fn scatter_add(ctx: &Ctx<'_>, (x, idx, src): (&V, &V, &V), axis: usize, r: &Shape) -> Result<V> {
+    let (mut i, mut s) = (idx.t.clone(), src.t.clone());
+    if idx.is_dyn(0) || src.is_dyn(axis) {
+        let cap = idx.t.shape.dims()[0].max(src.t.shape.dims()[axis]);
+        i = pad_to(ctx, &i, 0, cap, 0)?;
+        s = pad_to(ctx, &s, axis, cap, axis)?;
+        s = mask(ctx, &s, axis, src.len(axis), Literal::Int(0))?;
+    }
+    let t = ctx.rec(
+        Op::ScatterAdd { axis },
+        &[P::T(x.t.clone()), P::T(i), P::T(s)],
+    )?;
+    let axes: Vec<Option<(usize, usize)>> = (0..r.rank())
+        .map(|a| x.is_dyn(a).then(|| (x.cap(a), x.limit.dims()[a])))
+        .collect();
     Ok(V::with_axes(t, r, &axes))
 }

@@ -5,6 +5,7 @@
 
 use super::emit::{i64_array, ty, Emitter};
 use lazyfuse_ir::{DType, Shape};
+use std::fmt::Write;
 
 /// The start index operands of a dynamic slice or update: `start` on
 /// `axis`, a zero of the same type on every other axis.
@@ -93,6 +94,58 @@ pub fn index_select(
         &attr,
         &ty(out, dt),
     )
+}
+
+/// `index_add` as one `stablehlo.scatter` with an adding body. Indices are
+/// clamped into range first (XLA's scatter would drop an out-of-range
+/// update; the IR clamps, as its gather does). Half types accumulate in
+/// f32, like sums. No updates: `x` itself.
+pub fn scatter_add(
+    e: &mut Emitter<'_>,
+    (x, xs): (&str, &Shape),
+    (idx, is, idt): (&str, &Shape, DType),
+    (src, ss): (&str, &Shape),
+    axis: usize,
+    dt: DType,
+) -> String {
+    let k = is.dims()[0];
+    if k == 0 {
+        return x.to_string();
+    }
+    let acc = if matches!(dt, DType::BF16 | DType::F16) {
+        DType::F32
+    } else {
+        dt
+    };
+    let (x, src) = (e.convert(x, xs, dt, acc), e.convert(src, ss, dt, acc));
+    let st = ty(&Shape::scalar(), idt);
+    let lo = e.constant(lazyfuse_ir::Literal::Int(0), &Shape::scalar(), idt);
+    let n = xs.dims()[axis].saturating_sub(1) as i64;
+    let hi = e.constant(lazyfuse_ir::Literal::Int(n), &Shape::scalar(), idt);
+    let clamped = e.op(
+        "stablehlo.clamp",
+        &[(&lo, st.clone()), (idx, ty(is, idt)), (&hi, st)],
+        "",
+        &ty(is, idt),
+    );
+    let col = Shape::new(&[k, 1]);
+    let idx2 = e.reshape(&clamped, is, &col, idt);
+    let window = (0..xs.rank())
+        .filter(|&d| d != axis)
+        .map(|d| d.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let r = e.fresh();
+    let s = ty(&Shape::scalar(), acc);
+    let _ = writeln!(
+        e.body,
+        "    {r} = \"stablehlo.scatter\"({x}, {idx2}, {src}) ({{\n    ^bb0({r}a: {s}, {r}b: {s}):\n      {r}m = \"stablehlo.add\"({r}a, {r}b) : ({s}, {s}) -> {s}\n      \"stablehlo.return\"({r}m) : ({s}) -> ()\n    }}) {{indices_are_sorted = false, scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [{window}], inserted_window_dims = [{axis}], scatter_dims_to_operand_dims = [{axis}], index_vector_dim = 1>, unique_indices = false}} : ({}, {}, {}) -> {}",
+        ty(xs, acc),
+        ty(&col, idt),
+        ty(ss, acc),
+        ty(xs, acc)
+    );
+    e.convert(&r, xs, acc, dt)
 }
 
 /// `ui32` tensor type of rank 0 (`n = None`) or 1.

@@ -60,6 +60,7 @@ pub fn lower_node(e: &mut Emitter<'_>, id: NodeId) {
         Op::Conv(spec) => super::conv::conv(e, node, spec),
         Op::Custom(k) => custom(e, node, k),
         Op::IndexSelect { axis } => index_select(e, node, *axis),
+        Op::ScatterAdd { axis } => scatter_add(e, node, *axis),
         Op::DynamicSlice { axis, .. } => dynamic_slice(e, node, *axis),
         Op::DynamicUpdateSlice { axis } => dynamic_update_slice(e, node, *axis),
         Op::RandomUniform { .. } => random_uniform(e, node),
@@ -248,6 +249,22 @@ fn concat(e: &mut Emitter<'_>, node: &Node, axis: usize) -> String {
 }
 
 // ---- Indexed reads and random numbers (lowered in `index.rs`) ---------------
+
+/// `index_add(x, axis, idx, src)`: operand 2 added into operand 0 at the
+/// indices of operand 1.
+fn scatter_add(e: &mut Emitter<'_>, node: &Node, axis: usize) -> String {
+    let (x, _) = operand(e, node, 0);
+    let (i, inn) = operand(e, node, 1);
+    let (s, sn) = operand(e, node, 2);
+    super::index::scatter_add(
+        e,
+        (&x, &node.shape),
+        (&i, &inn.shape, inn.dtype),
+        (&s, &sn.shape),
+        axis,
+        node.dtype,
+    )
+}
 
 /// `index_select(x, axis, idx)`: operand 0 read at the indices of operand 1.
 fn index_select(e: &mut Emitter<'_>, node: &Node, axis: usize) -> String {

@@ -1,9 +1,10 @@
-//! Convolution and `flip` steps for the generator: the ops with the most
-//! attributes, drawn here so `gen.rs` keeps the common families.
+//! Convolution, `flip` and `index_add` steps for the generator: the ops
+//! with the most attributes, drawn here so `gen.rs` keeps the common
+//! families.
 
 use super::super::values::{random_dim, Rng};
 use super::{Builder, Gene};
-use lazyfuse::ir::{Axes, ConvSpec, DType, Op};
+use lazyfuse::ir::{Axes, ConvSpec, DType, HostTensor, Op, Shape};
 
 /// Dims of a fresh convolution input: `[n, c, 1 to 3 spatial dims]`, small.
 fn conv_dims(rng: &mut Rng) -> Vec<usize> {
@@ -72,6 +73,44 @@ impl Builder {
         }
         let wi = self.input(&w, v.dtype);
         self.apply(Op::Conv(Box::new(spec)), vec![x, wi]);
+    }
+
+    /// `index_add` into a numeric value of rank >= 1: a fresh i32 or i64
+    /// index list (repeats, and a few out of range to test clamping) and a
+    /// fresh source.
+    pub(super) fn index_add(&mut self, g: &Gene) {
+        let x = self.pick_or_input(
+            g.a,
+            &|v| v.dtype.is_numeric() && v.shape.rank() >= 1,
+            |rng| {
+                let (mut d, t) = super::numeric_input(rng);
+                if d.is_empty() {
+                    d.push(random_dim(rng));
+                }
+                (d, t)
+            },
+        );
+        let v = self.vals[x].clone();
+        let axis = g.c as usize % v.shape.rank();
+        let n = v.shape.dims()[axis];
+        if n == 0 {
+            return;
+        }
+        let k = self.rng.below(2 * n + 2);
+        let ids: Vec<i64> = (0..k)
+            .map(|_| self.rng.below(n + 2) as i64 - if g.b % 4 == 0 { 1 } else { 0 })
+            .collect();
+        let idt = if g.b % 2 == 0 { DType::I64 } else { DType::I32 };
+        self.steps.push(super::Step::Input(HostTensor::from_i64(
+            &ids,
+            Shape::new(&[k]),
+            idt,
+        )));
+        let i = self.define(Shape::new(&[k]), idt);
+        let mut sd = v.shape.dims().to_vec();
+        sd[axis] = k;
+        let s = self.input(&sd, v.dtype);
+        self.apply(Op::ScatterAdd { axis }, vec![x, i, s]);
     }
 
     /// `flip` of any value along a random subset of its axes.
