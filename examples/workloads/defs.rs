@@ -47,6 +47,10 @@ pub fn all() -> Vec<Workload> {
             name: "resnet18_train_step",
             build: resnet18_train_step,
         },
+        Workload {
+            name: "dlrm_train_step",
+            build: dlrm_train_step,
+        },
         // Not in WORKLOADS.md: mlp_train_step data parallel over 4 devices.
         Workload {
             name: "mlp_train_step_ddp4",
@@ -58,7 +62,10 @@ pub fn all() -> Vec<Workload> {
 /// True for workloads whose peers are this repository's
 /// (`scripts/peers/more_workloads.py`), not the shared peers script.
 pub fn repo_peers(name: &str) -> bool {
-    matches!(name, "moe_layer_fwd" | "resnet18_train_step")
+    matches!(
+        name,
+        "moe_layer_fwd" | "resnet18_train_step" | "dlrm_train_step"
+    )
 }
 
 /// True for workloads the peers do not define (not in WORKLOADS.md).
@@ -453,6 +460,53 @@ fn resnet18_train_step(dev: &Device) -> Result<Step> {
         let loss = model.forward(&x)?.cross_entropy(&y, None)?;
         loss.backward()?;
         opt.step()?;
+        loss.realize()?;
+        Ok(())
+    }))
+}
+
+/// One training step of a DLRM with eight tables (the largest of 1M rows,
+/// dim 16), batch 128 of one id per table: binary cross-entropy, SGD on the
+/// MLPs and sparse SGD on the rows read.
+fn dlrm_train_step(dev: &Device) -> Result<Step> {
+    use lazyfuse::optim::{params_of, Optimizer, Sgd, SparseSgd};
+    use lazyfuse_models::{Dlrm, DlrmConfig};
+    let err = |e: lazyfuse_models::ModelError| lazyfuse::Error::Internal(e.to_string());
+    let tables = vec![1_000_000, 100_000, 10_000, 1000, 100, 100, 10, 10];
+    let cfg = DlrmConfig {
+        bottom: vec![13, 64, 16],
+        tables: tables.clone(),
+        top_hidden: vec![64, 1],
+    };
+    let model = Dlrm::new(&cfg, 60, dev).map_err(err)?;
+    let mut opt = Sgd::new(params_of(&model.dense_parameters()), 0.1, 0.0, 0.0)?;
+    let sparse_opt = SparseSgd::new(0.1);
+    let batch = 128;
+    let dense = Tensor::randn(&[batch, 13], 61, dev)?;
+    let offsets = Tensor::arange(0.0, batch as f64, DType::I64, dev)?;
+    let sparse: Vec<(Tensor, Tensor)> = tables
+        .iter()
+        .enumerate()
+        .map(|(k, &rows)| {
+            let ids: Vec<i64> = (0..batch)
+                .map(|i| ((i * 7919 + k * 104_729) % rows) as i64)
+                .collect();
+            Ok((Tensor::from_slice(&ids, &[batch], dev)?, offsets.clone()))
+        })
+        .collect::<Result<_>>()?;
+    let clicks: Vec<f32> = (0..batch).map(|i| (i % 3 == 0) as u8 as f32).collect();
+    let y = Tensor::from_slice(&clicks, &[batch], dev)?;
+    Ok(Box::new(move || {
+        opt.zero_grad();
+        let p = model.forward(&dense, &sparse).map_err(err)?;
+        let ll = y
+            .mul(&p.log()?)?
+            .add(&(1.0 - &y)?.mul(&(1.0 - &p)?.log()?)?)?;
+        let loss = ll.mean(.., false)?.neg()?;
+        loss.backward()?;
+        opt.step()?;
+        let tables: Vec<_> = model.tables.iter().collect();
+        sparse_opt.step(&tables)?;
         loss.realize()?;
         Ok(())
     }))

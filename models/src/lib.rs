@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod dlrm;
 pub mod generate;
 pub mod llama;
 mod moe;
@@ -19,6 +20,7 @@ pub mod tokenizer;
 pub mod weights;
 
 pub use config::{LlamaConfig, MoeConfig, RopeScaling, MODEL_TYPES};
+pub use dlrm::{Dlrm, DlrmConfig};
 pub use generate::GenerateOptions;
 /// The key/value cache the models decode with: `lazyfuse::nn`'s, in its
 /// fixed-capacity form ([`Llama::new_cache`]).

@@ -153,17 +153,30 @@ impl ResNet {
         seed: u64,
         dev: &Device,
     ) -> Result<ResNet> {
+        ResNet::random_with_width(bottleneck, blocks, 64, classes, seed, dev)
+    }
+
+    /// [`ResNet::random`] with `width` planes in the first stage (doubling
+    /// per stage) instead of 64: the same architecture, narrower.
+    pub fn random_with_width(
+        bottleneck: bool,
+        blocks: [usize; 4],
+        width: usize,
+        classes: usize,
+        seed: u64,
+        dev: &Device,
+    ) -> Result<ResNet> {
         let mut next = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let mut seed = || {
             next = lazyfuse::ir::splitmix64(next);
             next
         };
-        let stem = ConvBn::random(3, 64, 7, 2, seed(), dev)?;
+        let stem = ConvBn::random(3, width, 7, 2, seed(), dev)?;
         let expansion = if bottleneck { 4 } else { 1 };
-        let mut cin = 64;
+        let mut cin = width;
         let mut stages = Vec::new();
         for (s, &n) in blocks.iter().enumerate() {
-            let planes = 64 << s;
+            let planes = width << s;
             let out = planes * expansion;
             let mut stage = Vec::new();
             for b in 0..n {

@@ -15,6 +15,11 @@ torchvision's ResNet-18 (10 classes) in training mode, batch 16 of 3x64x64.
   torch     PyTorch CPU eager (torchvision.models.resnet18 when installed,
             else the same network written out below).
   inductor  the same step with the model under torch.compile (inductor).
+dlrm_train_step: one training step of a DLRM (reference layout) with eight
+tables (1M, 100K, 10K, 1000, 100, 100, 10, 10 rows of 16), bottom MLP
+13-64-16, top 16+36-64-1, batch 128 of one id per table: binary
+cross-entropy, SGD (lr 0.1) with sparse embedding gradients.
+  torch     PyTorch CPU eager, nn.EmbeddingBag(sparse=True).
 Usage: python more_workloads.py [workload ...] [--systems torch,jaxjit,inductor]
 """
 import argparse, statistics, time
@@ -157,8 +162,48 @@ def torch_resnet(compiled):
     return run
 
 
+def torch_dlrm():
+    import torch
+    import torch.nn as nn
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    tables, b = [1_000_000, 100_000, 10_000, 1000, 100, 100, 10, 10], 128
+
+    def mlp(ws, last_sigmoid):
+        layers = []
+        for i, (a, c) in enumerate(zip(ws, ws[1:])):
+            layers += [nn.Linear(a, c), nn.Sigmoid() if last_sigmoid and i == len(ws) - 2 else nn.ReLU()]
+        return nn.Sequential(*layers)
+
+    bot = mlp([13, 64, 16], False)
+    emb = nn.ModuleList(nn.EmbeddingBag(n, 16, mode="sum", sparse=True) for n in tables)
+    f = 1 + len(tables)
+    top = mlp([16 + f * (f - 1) // 2, 64, 1], True)
+    li = torch.tensor([i for i in range(f) for j in range(i)])
+    lj = torch.tensor([j for i in range(f) for j in range(i)])
+    params = list(bot.parameters()) + list(emb.parameters()) + list(top.parameters())
+    opt = torch.optim.SGD(params, lr=0.1)
+    dense = torch.randn(b, 13)
+    offsets = torch.arange(b)
+    ids = [torch.tensor([(i * 7919 + k * 104_729) % n for i in range(b)]) for k, n in enumerate(tables)]
+    y = torch.tensor([float(i % 3 == 0) for i in range(b)])
+
+    def run():
+        opt.zero_grad()
+        x = bot(dense)
+        t = torch.cat([x] + [e(i, offsets) for e, i in zip(emb, ids)], dim=1).view(b, -1, 16)
+        z = torch.bmm(t, t.transpose(1, 2))
+        p = top(torch.cat([x, z[:, li, lj]], dim=1)).view(-1)
+        loss = nn.functional.binary_cross_entropy(p, y)
+        loss.backward()
+        opt.step()
+        return loss.item()
+    return {"torch": run}
+
+
 SYSTEMS = {
     "moe_layer_fwd": {"torch": torch_moe, "jaxjit": jax_moe},
+    "dlrm_train_step": {"torch": torch_dlrm},
     "resnet18_train_step": {"torch": lambda: {"torch": torch_resnet(False)},
                             "inductor": lambda: {"inductor": torch_resnet(True)}},
 }
