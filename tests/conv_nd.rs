@@ -467,3 +467,84 @@ fn bad_arguments_are_errors_at_the_call_site() {
     ); // empty output
     assert_op_err(x1.flip(&[3]), "flip", p);
 }
+
+/// PyTorch's source position of output `j` along an axis of `n` -> `out`.
+fn source(j: usize, n: usize, out: usize, corners: bool) -> f64 {
+    if corners {
+        if out > 1 {
+            j as f64 * (n - 1) as f64 / (out - 1) as f64
+        } else {
+            0.0
+        }
+    } else {
+        ((j as f64 + 0.5) * n as f64 / out as f64 - 0.5).max(0.0)
+    }
+}
+
+#[test]
+fn resizing_matches_pytorchs_definitions() {
+    let _l = metrics_lock();
+    let mut r = Rng(31);
+    let x = random_host(&mut r, &[2, 3, 4, 5], DType::F64, -1.0, 1.0);
+    let xv = x.to_f64_vec();
+    let at = |n: usize, c: usize, y: usize, xx: usize| xv[((n * 3 + c) * 4 + y) * 5 + xx];
+    for (oh, ow, corners) in [
+        (7, 9, false),
+        (7, 9, true),
+        (2, 3, false),
+        (4, 5, true),
+        (1, 1, false),
+    ] {
+        let mut want = Vec::new();
+        for n in 0..2 {
+            for c in 0..3 {
+                for i in 0..oh {
+                    for j in 0..ow {
+                        let (sy, sx) = (source(i, 4, oh, corners), source(j, 5, ow, corners));
+                        let (y0, x0) = ((sy as usize).min(3), (sx as usize).min(4));
+                        let (y1, x1) = ((y0 + 1).min(3), (x0 + 1).min(4));
+                        let (ly, lx) = (sy - y0 as f64, sx - x0 as f64);
+                        want.push(
+                            (1.0 - ly) * ((1.0 - lx) * at(n, c, y0, x0) + lx * at(n, c, y0, x1))
+                                + ly * ((1.0 - lx) * at(n, c, y1, x0) + lx * at(n, c, y1, x1)),
+                        );
+                    }
+                }
+            }
+        }
+        let t = Tensor::from_host(&x, &dev()).unwrap();
+        let got = t
+            .upsample_bilinear((oh, ow), corners)
+            .unwrap()
+            .to_vec::<f64>()
+            .unwrap();
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (g - w).abs() < 1e-12,
+                "bilinear {oh}x{ow} corners {corners}: {k}: {g} vs {w}"
+            );
+        }
+    }
+    let t = Tensor::from_host(&x, &dev()).unwrap();
+    let got = t
+        .upsample_nearest(&[8, 3])
+        .unwrap()
+        .to_vec::<f64>()
+        .unwrap();
+    let mut k = 0;
+    for n in 0..2 {
+        for c in 0..3 {
+            for i in 0..8 {
+                for j in 0..3 {
+                    assert_eq!(got[k], at(n, c, i * 4 / 8, j * 5 / 3), "nearest {k}");
+                    k += 1;
+                }
+            }
+        }
+    }
+    gradcheck(
+        "bilinear",
+        &[random_host(&mut r, &[1, 2, 3, 4], DType::F64, -1.0, 1.0)],
+        &|t| t[0].upsample_bilinear((5, 7), false),
+    );
+}

@@ -2,7 +2,7 @@
 //! 1 to 3 spatial dims), its explicit backward (`aten.convolution_backward`,
 //! which AOT-autograd graphs contain) through the runtime's own gradient
 //! rules ([`lazyfuse::autograd::vjp`]), max pooling with window indices
-//! and its backward the same way, and `flip`.
+//! and its backward the same way, bilinear resizing, and `flip`.
 
 use crate::convert::at;
 use crate::ops::PyTensor;
@@ -144,6 +144,16 @@ fn max_pool2d_backward(
     .map(PyTensor::new)
 }
 
+/// `aten.upsample_bilinear2d`: NCHW resized to `size`.
+#[pyfunction]
+fn upsample_bilinear(
+    x: &Bound<'_, PyTensor>,
+    size: (usize, usize),
+    align_corners: bool,
+) -> PyResult<PyTensor> {
+    at(|| x.get().t.upsample_bilinear(size, align_corners)).map(PyTensor::new)
+}
+
 /// `torch.flip(x, dims)`.
 #[pyfunction]
 fn flip(x: &Bound<'_, PyTensor>, dims: Vec<isize>) -> PyResult<PyTensor> {
@@ -155,6 +165,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(convolution_general, m)?)?;
     m.add_function(wrap_pyfunction!(convolution_backward, m)?)?;
     m.add_function(wrap_pyfunction!(flip, m)?)?;
+    m.add_function(wrap_pyfunction!(upsample_bilinear, m)?)?;
     m.add_function(wrap_pyfunction!(max_pool2d_with_indices, m)?)?;
     m.add_function(wrap_pyfunction!(max_pool2d_backward, m)?)?;
     Ok(())

@@ -17,6 +17,7 @@ mod operand;
 mod ops;
 mod overload;
 mod pool;
+mod resize;
 mod shard;
 
 pub use manual::{Local, Reduction};

@@ -10,6 +10,7 @@ import math
 
 from . import H, cast, const, dim, lowering, promote
 from .. import _C
+from .._core import FLOATS
 from .elementwise import _to_float, binary
 from .shape import cat, expand, reshape
 
@@ -35,7 +36,6 @@ UNLOWERED = {
     "_embedding_bag": "not yet lowered",
     "col2im": "not yet lowered",
     "grid_sampler_2d": "data-dependent gather pattern, not yet lowered",
-    "upsample_bilinear2d": "not yet lowered",
     "_adaptive_avg_pool3d": "not yet lowered",
     "avg_pool3d": "not yet lowered",
     "max_pool3d_with_indices": "not yet lowered",
@@ -347,6 +347,28 @@ def upsample_nearest2d(x, output_size, scales=None, *rest):
         x = x.index_select(len(x.shape) + d, cast(idx, "int64").binary("minimum", n - 1))
     return x
 
+
+
+@lowering("upsample_bilinear2d", "upsample_bilinear2d.vec")
+def upsample_bilinear2d(x, output_size, align_corners, scales_h=None, scales_w=None):
+    """Bilinear resizing (the runtime's: two gathers and a blend per axis).
+    PyTorch computes source positions from a scale factor when given one;
+    that equals the sizes' ratio only when the factor makes a whole size,
+    so other factors are a graph break."""
+    if len(x.shape) != 4 or x.dtype not in FLOATS:
+        return None
+    if isinstance(scales_h, (list, tuple)):  # the .vec overload: scale_factors
+        scales_h, scales_w = scales_h
+    if output_size is None:
+        if scales_h is None or scales_w is None:
+            return None
+        output_size = [x.shape[2] * scales_h, x.shape[3] * scales_w]
+    elif scales_h is not None or scales_w is not None:
+        output_size = [x.shape[2] * (scales_h or output_size[0] / x.shape[2]),
+                       x.shape[3] * (scales_w or output_size[1] / x.shape[3])]
+    if any(abs(s - round(s)) > 1e-9 for s in output_size):
+        return None
+    return _C.upsample_bilinear(x, (int(output_size[0]), int(output_size[1])), bool(align_corners))
 
 
 def _pool_args(kernel_size, stride, padding, dilation, ceil_mode):
