@@ -139,10 +139,7 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         let (dense, sparse, y) = upload(&b, &dev)?;
         dense_opt.zero_grad();
         let p = model.forward(&dense, &sparse)?;
-        let ll = y
-            .mul(&p.log()?)?
-            .add(&(1.0 - &y)?.mul(&(1.0 - &p)?.log()?)?)?;
-        let loss = ll.mean(.., false)?.neg()?;
+        let loss = p.binary_cross_entropy(&y)?;
         loss.backward()?;
         dense_opt.step()?;
         sparse_opt.step(&tables)?;

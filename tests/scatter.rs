@@ -7,9 +7,10 @@
 //! Every test takes `metrics_lock` (tests elsewhere assert compile counts).
 
 mod common;
+use common::gradcheck::gradcheck;
 use common::{check, metrics_lock, random_host, Rng};
 use lazyfuse::ir::{DType, HostTensor, Op, Shape};
-use lazyfuse::{no_grad, pending_ops, Error, Result, Tensor};
+use lazyfuse::{pending_ops, Error, Tensor};
 
 fn ids(v: &[i64], dt: DType) -> HostTensor {
     HostTensor::from_i64(v, Shape::new(&[v.len()]), dt)
@@ -67,48 +68,6 @@ fn index_add_matches_the_interpreter_and_a_host_reference() {
     }
 }
 
-type F<'a> = dyn Fn(&[Tensor]) -> Result<Tensor> + 'a;
-
-fn weighted(f: &F<'_>, xs: &[Tensor]) -> Result<Tensor> {
-    let y = f(xs)?;
-    let mut r = Rng(99);
-    let w = random_host(&mut r, y.dims(), DType::F64, -1.0, 1.0);
-    y.mul(&Tensor::from_host(&w, &common::dev())?)?
-        .sum(.., false)
-}
-
-/// Central differences on the float inputs (the first `n_float` of `inputs`).
-fn gradcheck(what: &str, inputs: &[HostTensor], n_float: usize, f: &F<'_>) {
-    let eps = 1e-6;
-    let xs = common::upload(inputs);
-    for x in &xs[..n_float] {
-        x.set_requires_grad(true).unwrap();
-    }
-    weighted(f, &xs).unwrap().backward().unwrap();
-    for (i, h) in inputs.iter().enumerate().take(n_float) {
-        let analytic = xs[i].grad().unwrap().to_vec::<f64>().unwrap();
-        let base = h.to_f64_vec();
-        for j in 0..base.len() {
-            let eval = |d: f64| {
-                let mut v = base.clone();
-                v[j] += d;
-                let mut hs = inputs.to_vec();
-                hs[i] = HostTensor::from_f64(&v, h.shape.clone(), DType::F64);
-                no_grad(|| weighted(f, &common::upload(&hs)))
-                    .unwrap()
-                    .item::<f64>()
-                    .unwrap()
-            };
-            let numeric = (eval(eps) - eval(-eps)) / (2.0 * eps);
-            assert!(
-                (analytic[j] - numeric).abs() <= 1e-6 * (1.0 + numeric.abs()),
-                "{what}: d/dx{i}[{j}]: analytic {}, numeric {numeric}",
-                analytic[j]
-            );
-        }
-    }
-}
-
 #[test]
 fn gradients_match_finite_differences() {
     let _l = metrics_lock();
@@ -116,24 +75,23 @@ fn gradients_match_finite_differences() {
     let mut h = |d: &[usize]| random_host(&mut r, d, DType::F64, -1.0, 1.0);
     let (x, s) = (h(&[4, 3]), h(&[5, 3]));
     let i = ids(&[3, 0, 3, 7, -1], DType::I64);
-    gradcheck("index_add axis 0", &[x, s, i], 2, &|t| {
+    gradcheck("index_add axis 0", &[x, s, i], &|t| {
         t[0].index_add(0, &t[2], &t[1])?.tanh()
     });
     let (x, s) = (h(&[2, 4, 2]), h(&[2, 3, 2]));
     let i = ids(&[1, 1, 2], DType::I32);
-    gradcheck("index_add axis 1", &[x, s, i], 2, &|t| {
+    gradcheck("index_add axis 1", &[x, s, i], &|t| {
         t[0].index_add(1, &t[2], &t[1])
     });
     // index_select's gradient is an index_add of the output gradient.
     let x = h(&[5, 2, 3]);
     let i = ids(&[4, 0, 4, 9, 2, 2], DType::I64);
-    gradcheck("index_select axis 0", &[x.clone(), i.clone()], 1, &|t| {
+    gradcheck("index_select axis 0", &[x.clone(), i.clone()], &|t| {
         t[0].index_select(0, &t[1])
     });
     gradcheck(
         "index_select axis 2",
         &[x, ids(&[2, 2, 0], DType::I64)],
-        1,
         &|t| t[0].index_select(2, &t[1])?.exp(),
     );
 }

@@ -499,10 +499,7 @@ fn dlrm_train_step(dev: &Device) -> Result<Step> {
     Ok(Box::new(move || {
         opt.zero_grad();
         let p = model.forward(&dense, &sparse).map_err(err)?;
-        let ll = y
-            .mul(&p.log()?)?
-            .add(&(1.0 - &y)?.mul(&(1.0 - &p)?.log()?)?)?;
-        let loss = ll.mean(.., false)?.neg()?;
+        let loss = p.binary_cross_entropy(&y)?;
         loss.backward()?;
         opt.step()?;
         let tables: Vec<_> = model.tables.iter().collect();

@@ -59,18 +59,7 @@ fn dlrm_matches_pytorch_forward_and_training() {
         for _ in 0..5 {
             dense_opt.zero_grad();
             let p = m.forward(&io["dense"], &sparse).unwrap();
-            // Binary cross-entropy, mean over the batch.
-            let ll = y
-                .mul(p.log().unwrap())
-                .unwrap()
-                .add(
-                    (1.0 - y)
-                        .unwrap()
-                        .mul((1.0 - &p).unwrap().log().unwrap())
-                        .unwrap(),
-                )
-                .unwrap();
-            let loss = ll.mean(.., false).unwrap().neg().unwrap();
+            let loss = p.binary_cross_entropy(y).unwrap();
             loss.backward().unwrap();
             dense_opt.step().unwrap();
             let tables: Vec<&_> = m.tables.iter().collect();

@@ -71,6 +71,28 @@ impl Tensor {
         }
     }
 
+    /// Mean binary cross-entropy of probabilities `self` against `targets`
+    /// of the same shape and dtype (`F.binary_cross_entropy`): each log is
+    /// clamped at -100, as PyTorch does, so a probability of exactly 0 or 1
+    /// gives a finite loss.
+    #[track_caller]
+    pub fn binary_cross_entropy(&self, targets: &Tensor) -> Result<Tensor> {
+        if targets.shape() != self.shape()
+            || targets.dtype() != self.dtype()
+            || !self.dtype().is_float()
+        {
+            return Err(op_err(
+                "binary_cross_entropy",
+                "probabilities and targets must be float tensors of one shape and dtype",
+                format!("{}, {}", self.describe(), targets.describe()),
+            ));
+        }
+        let log_p = self.log()?.maximum(-100.0)?;
+        let log_q = (1.0 - self)?.log()?.maximum(-100.0)?;
+        let ll = targets.mul(&log_p)?.add(&(1.0 - targets)?.mul(&log_q)?)?;
+        ll.mean(.., false)?.neg()
+    }
+
     /// Mean cross-entropy of `self` (logits `[..., C]`) against integer class
     /// indices `targets` (`[...]`). Targets equal to `ignore_index` count
     /// neither in the sum nor in the mean (all ignored gives NaN, as in

@@ -15,6 +15,7 @@
 #![allow(dead_code)]
 
 pub mod child;
+pub mod gradcheck;
 pub mod mlp;
 
 use lazyfuse::ir::{interp, DType, HostTensor, Op, Shape};
