@@ -372,7 +372,10 @@ fn assert_op_err(r: Result<Tensor>, op: &str, pending: usize) {
             assert_eq!(o, op);
             // The call may span a few lines once formatted.
             let at = location.line();
-            assert!((line..line + 4).contains(&at), "{op}: error at line {at}, call at {line}");
+            assert!(
+                (line..line + 4).contains(&at),
+                "{op}: error at line {at}, call at {line}"
+            );
         }
         other => panic!("{op}: expected an op error, got {other:?}"),
     }

@@ -9,7 +9,6 @@
 //! convolution needs batch groups. Keeping them one op means one reference
 //! definition, one lowering and one gradient rule.
 
-use crate::infer::InferError;
 use crate::{DType, Shape};
 use smallvec::SmallVec;
 
@@ -81,8 +80,9 @@ impl ConvSpec {
     }
 }
 
-fn err<T>(msg: impl Into<String>) -> Result<T, InferError> {
-    Err(InferError(msg.into()))
+/// Why the operands do not fit (inference wraps it in its error type).
+fn err<T>(msg: impl Into<String>) -> Result<T, String> {
+    Err(msg.into())
 }
 
 /// The result type of a convolution, or why the operands do not fit.
@@ -90,7 +90,7 @@ pub(crate) fn infer_conv(
     spec: &ConvSpec,
     (ls, ld): (&Shape, DType),
     (rs, rd): (&Shape, DType),
-) -> Result<(Shape, DType), InferError> {
+) -> Result<(Shape, DType), String> {
     let d = spec.spatial_rank();
     if spec.padding.len() != d || spec.lhs_dilation.len() != d || spec.rhs_dilation.len() != d {
         return err("stride, padding and dilations must have one entry per spatial dim");

@@ -59,10 +59,11 @@ pub fn infer(op: &Op, inputs: &[Operand<'_>]) -> Result<(Shape, DType), InferErr
         Op::DynamicUpdateSlice { axis } => dynamic_update_slice(inputs, *axis),
         // Contraction and indexing.
         Op::MatMul => matmul(inputs[0], inputs[1]),
-        Op::Conv(spec) => crate::conv::infer_conv(spec, inputs[0], inputs[1]),
+        Op::Conv(spec) => crate::conv::infer_conv(spec, inputs[0], inputs[1]).map_err(InferError),
         Op::IndexSelect { axis } => index_select(*axis, inputs[0], inputs[1]),
         Op::ScatterAdd { axis } => {
             crate::scatter::infer_scatter_add(*axis, inputs[0], inputs[1], inputs[2])
+                .map_err(InferError)
         }
         Op::Custom(k) => custom(k, inputs),
     }

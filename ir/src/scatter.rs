@@ -3,11 +3,11 @@
 //! sparse updates of large tables are one scatter, not a one-hot product
 //! over every row.
 
-use crate::infer::InferError;
 use crate::{DType, Shape};
 
-fn err<T>(msg: impl Into<String>) -> Result<T, InferError> {
-    Err(InferError(msg.into()))
+/// Why the operands do not fit (inference wraps it in its error type).
+fn err<T>(msg: impl Into<String>) -> Result<T, String> {
+    Err(msg.into())
 }
 
 /// `index_add(x, idx, src)` along `axis`: `x` numeric, `idx` 1-D integer
@@ -18,7 +18,7 @@ pub(crate) fn infer_scatter_add(
     (xs, xd): (&Shape, DType),
     (is, id): (&Shape, DType),
     (ss, sd): (&Shape, DType),
-) -> Result<(Shape, DType), InferError> {
+) -> Result<(Shape, DType), String> {
     if axis >= xs.rank() {
         return err(format!(
             "axis {axis} is out of range for rank {}",
