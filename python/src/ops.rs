@@ -242,6 +242,15 @@ impl PyTensor {
         at(|| self.t.index_select(axis, &idx.get().t)).map(PyTensor::new)
     }
 
+    fn index_add(
+        &self,
+        axis: isize,
+        idx: &Bound<'_, PyTensor>,
+        src: &Bound<'_, PyTensor>,
+    ) -> PyResult<PyTensor> {
+        at(|| self.t.index_add(axis, &idx.get().t, &src.get().t)).map(PyTensor::new)
+    }
+
     fn gather(&self, axis: isize, idx: &Bound<'_, PyTensor>) -> PyResult<PyTensor> {
         at(|| self.t.gather(axis, &idx.get().t)).map(PyTensor::new)
     }

@@ -205,6 +205,20 @@ def index_select(x, d, idx):
     return x.index_select(d, idx.reshape([numel(idx)]) if len(idx.shape) != 1 else idx)
 
 
+@lowering("index_add")
+def index_add(x, d, idx, src, alpha=1):
+    """``x`` with ``alpha * src``'s slices added at ``idx`` along ``d``
+    (repeats accumulate): one scatter. Out-of-range indices clamp, as the
+    device's gathers do (PyTorch raises; the device cannot check)."""
+    if len(x.shape) == 0:
+        return None
+    idx = idx.reshape([numel(idx)]) if len(idx.shape) != 1 else idx
+    src = cast(src, x.dtype)
+    if alpha != 1:
+        src = src.binary("mul", alpha)
+    return x.index_add(dim(d, len(x.shape)), idx, src)
+
+
 @lowering("gather")
 def gather(x, d, idx, sparse_grad=False):
     return x.gather(d, idx)
