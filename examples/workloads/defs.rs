@@ -62,10 +62,7 @@ pub fn all() -> Vec<Workload> {
 /// True for workloads whose peers are this repository's
 /// (`scripts/peers/more_workloads.py`), not the shared peers script.
 pub fn repo_peers(name: &str) -> bool {
-    matches!(
-        name,
-        "moe_layer_fwd" | "resnet18_train_step" | "dlrm_train_step"
-    )
+    name == "moe_layer_fwd" || name == "resnet18_train_step" || name == "dlrm_train_step"
 }
 
 /// True for workloads the peers do not define (not in WORKLOADS.md).

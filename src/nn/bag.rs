@@ -1,7 +1,7 @@
 //! `EmbeddingBag`: a table looked up in bags (recommendation models' sparse
 //! features), with PyTorch's `sparse=True` gradients available: in sparse
 //! mode the table records no tape; each lookup's rows become a leaf of
-//! their own, and [`crate::optim::SparseSgd`] adds their gradients back into
+//! their own, and the optimizer crate's `SparseSgd` adds their gradients back into
 //! the indexed rows with one scatter. No table-sized gradient is ever made,
 //! and the update writes the table in place (its old buffer is donated).
 

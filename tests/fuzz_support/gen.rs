@@ -12,6 +12,8 @@
 #[path = "gen_extra.rs"]
 mod extra;
 
+pub use extra::random_genes;
+
 use super::program::{Program, Step};
 use super::values::{
     any_input, float_input, literal_for, numeric_input, random_data, random_dim, random_dims,
@@ -592,21 +594,4 @@ impl Builder {
             Action::Sync => self.steps.push(Step::Sync),
         }
     }
-}
-
-/// `n` genes drawn from `rng`: how drivers without proptest (the campaign,
-/// the shrinker's tests) make random programs.
-pub fn random_genes(rng: &mut Rng, n: usize) -> Vec<Gene> {
-    (0..n)
-        .map(|_| {
-            let x = rng.next_u64();
-            Gene {
-                kind: x as u8,
-                a: (x >> 8) as u16,
-                b: (x >> 24) as u16,
-                c: (x >> 40) as u16,
-                seed: rng.next_u64() as u32,
-            }
-        })
-        .collect()
 }

@@ -1,6 +1,6 @@
-//! Convolution, `flip` and `index_add` steps for the generator: the ops
+//! Convolution, `flip` and `index_add` steps for the generator (the ops
 //! with the most attributes, drawn here so `gen.rs` keeps the common
-//! families.
+//! families), and random gene lists for drivers without proptest.
 
 use super::super::values::{random_dim, Rng};
 use super::{Builder, Gene};
@@ -126,4 +126,21 @@ impl Builder {
         let axes: Axes = (0..rank).filter(|i| g.c >> i & 1 == 1).collect();
         self.apply(Op::Reverse(axes), vec![x]);
     }
+}
+
+/// `n` genes drawn from `rng`: how drivers without proptest (the campaign,
+/// the shrinker's tests) make random programs.
+pub fn random_genes(rng: &mut Rng, n: usize) -> Vec<Gene> {
+    (0..n)
+        .map(|_| {
+            let x = rng.next_u64();
+            Gene {
+                kind: x as u8,
+                a: (x >> 8) as u16,
+                b: (x >> 24) as u16,
+                c: (x >> 40) as u16,
+                seed: rng.next_u64() as u32,
+            }
+        })
+        .collect()
 }
