@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod diffusion;
 pub mod dlrm;
 pub mod generate;
 pub mod llama;
@@ -17,6 +18,7 @@ mod moe;
 pub mod paged;
 pub mod resnet;
 pub mod tokenizer;
+pub mod unet;
 pub mod weights;
 
 pub use config::{LlamaConfig, MoeConfig, RopeScaling, MODEL_TYPES};
@@ -29,6 +31,7 @@ pub use llama::Llama;
 pub use paged::{PagedKv, PagedStep};
 pub use resnet::ResNet;
 pub use tokenizer::Tokenizer;
+pub use unet::{UNet2DConfig, UNet2DModel};
 
 /// Why a model could not be loaded or run.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +43,10 @@ pub enum ModelError {
     /// or dtype: the message names the tensor.
     #[error("{0}")]
     Checkpoint(String),
+    /// An argument to a model call has the wrong shape or kind (the
+    /// message says what was expected).
+    #[error("{0}")]
+    Input(String),
     /// A tensor operation failed.
     #[error(transparent)]
     Tensor(#[from] lazyfuse::Error),

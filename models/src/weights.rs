@@ -28,7 +28,14 @@ impl Checkpoint {
     /// Opens `dir`: `model.safetensors.index.json` if present, else
     /// `model.safetensors`.
     pub fn open(dir: &Path) -> Result<Checkpoint> {
-        let index_path = dir.join("model.safetensors.index.json");
+        Checkpoint::open_stem(dir, "model")
+    }
+
+    /// Opens `dir` with another file stem: `{stem}.safetensors.index.json`
+    /// if present, else `{stem}.safetensors` (diffusers names its weights
+    /// `diffusion_pytorch_model`).
+    pub fn open_stem(dir: &Path, stem: &str) -> Result<Checkpoint> {
+        let index_path = dir.join(format!("{stem}.safetensors.index.json"));
         let mut index = HashMap::new();
         let mut files = HashMap::new();
         let mut read = |p: &Path| -> Result<()> {
@@ -60,10 +67,10 @@ impl Checkpoint {
                 index.insert(name.clone(), p);
             }
         } else {
-            let p = dir.join("model.safetensors");
+            let p = dir.join(format!("{stem}.safetensors"));
             if !p.is_file() {
                 return Err(ck(format!(
-                    "{} has neither model.safetensors nor model.safetensors.index.json",
+                    "{} has neither {stem}.safetensors nor {stem}.safetensors.index.json",
                     dir.display()
                 )));
             }

@@ -1,0 +1,186 @@
+//! diffusers' UNet2DModel (`scripts/make_unet_fixtures.py`, committed under
+//! `tests/fixtures/unet/`: the default block recipe and a variant with
+//! every less common switch this port builds) against diffusers on
+//! PyTorch's CPU eager, fused and unfused: the denoiser output, DDIM and
+//! DDPM sampling chains (the DDPM noise replayed from PyTorch's
+//! generator), the parameter names, and bad input as an `Err`.
+
+use lazyfuse::nn::{load_tensors, Module};
+use lazyfuse::{DType, Device, FusionGuard, Tensor};
+use lazyfuse_models::diffusion::{Ddim, Ddpm, Scheduler, SchedulerConfig};
+use lazyfuse_models::{ModelError, UNet2DConfig, UNet2DModel};
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+
+fn dir(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/unet")
+        .join(name)
+}
+
+fn io(name: &str, dev: &Device) -> HashMap<String, Tensor> {
+    load_tensors(dir(name).join("io.safetensors"), dev)
+        .unwrap()
+        .into_iter()
+        .collect()
+}
+
+fn f32s(t: &Tensor) -> Vec<f32> {
+    t.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap()
+}
+
+/// Within `tol` relative to the expected values' largest magnitude.
+fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let scale = want.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
+    let worst = got
+        .iter()
+        .zip(want)
+        .map(|(g, w)| (g - w).abs())
+        .fold(0f32, f32::max);
+    assert!(
+        worst <= tol * scale,
+        "{what}: worst difference {worst} over scale {scale} (tolerance {tol})"
+    );
+}
+
+#[test]
+fn denoiser_output_matches_diffusers_fused_and_unfused() {
+    let dev = Device::cpu().unwrap();
+    for name in ["small", "variant"] {
+        let data = io(name, &dev);
+        let mut runs = Vec::new();
+        for fuse in [true, false] {
+            let _g = FusionGuard::new(fuse);
+            let m = UNet2DModel::load(&dir(name), &dev).unwrap();
+            let y = m
+                .forward_with_class(
+                    &data["sample"],
+                    &data["timesteps"],
+                    data.get("class_labels"),
+                )
+                .unwrap();
+            let got = f32s(&y);
+            assert_close(
+                &format!("{name} fuse={fuse}"),
+                &got,
+                &f32s(&data["out"]),
+                1e-4,
+            );
+            runs.push(got);
+        }
+        assert_close(
+            &format!("{name} fused vs unfused"),
+            &runs[0],
+            &runs[1],
+            1e-5,
+        );
+    }
+}
+
+#[test]
+fn parameters_carry_the_checkpoint_names() {
+    let dev = Device::cpu().unwrap();
+    for name in ["small", "variant"] {
+        let m = UNet2DModel::load(&dir(name), &dev).unwrap();
+        let ours: BTreeSet<String> = m.parameters().into_iter().map(|(n, _)| n).collect();
+        let file = dir(name).join("diffusion_pytorch_model.safetensors");
+        let theirs: BTreeSet<String> = load_tensors(file, &dev)
+            .unwrap()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(ours, theirs, "{name}");
+    }
+}
+
+#[test]
+fn ddim_and_ddpm_chains_match_diffusers() {
+    let dev = Device::cpu().unwrap();
+    let data = io("small", &dev);
+    let m = UNet2DModel::load(&dir("small"), &dev).unwrap();
+    let run = |s: &dyn Scheduler, x: &Tensor, noise: Option<&Tensor>| -> Tensor {
+        let mut x = x.clone();
+        for (i, &t) in s.timesteps().iter().enumerate() {
+            let ts = Tensor::from_slice(&[t as i64], &[], &dev).unwrap();
+            let out = m.forward(&x, &ts).unwrap();
+            let n = noise.map(|n| n.narrow(0, i, 1).unwrap().squeeze(0).unwrap());
+            let n = n.filter(|_| s.needs_noise(t));
+            x = s.step(&out, t, &x, n.as_ref()).unwrap();
+        }
+        x
+    };
+    for fuse in [true, false] {
+        let _g = FusionGuard::new(fuse);
+        let ddim = Ddim::new(
+            SchedulerConfig::load(&dir("small").join("ddim")).unwrap(),
+            6,
+        )
+        .unwrap();
+        assert_eq!(ddim.timesteps(), &[830, 664, 498, 332, 166, 0]);
+        let x = run(&ddim, &data["ddim_x"], None);
+        assert_close("ddim", &f32s(&x), &f32s(&data["ddim_out"]), 1e-4);
+        let ddpm = Ddpm::new(
+            SchedulerConfig::load(&dir("small").join("ddpm")).unwrap(),
+            5,
+        )
+        .unwrap();
+        let x = run(&ddpm, &data["ddpm_x"], Some(&data["ddpm_noise"]));
+        assert_close("ddpm", &f32s(&x), &f32s(&data["ddpm_out"]), 1e-4);
+    }
+}
+
+#[test]
+fn bad_input_and_unsupported_configs_are_errors() {
+    let dev = Device::cpu().unwrap();
+    let m = UNet2DModel::load(&dir("small"), &dev).unwrap();
+    let t = Tensor::from_slice(&[5f32], &[1], &dev).unwrap();
+    let wrong_channels = Tensor::zeros(&[1, 4, 16, 16], DType::F32, &dev).unwrap();
+    assert!(matches!(
+        m.forward(&wrong_channels, &t),
+        Err(ModelError::Input(_))
+    ));
+    let odd = Tensor::zeros(&[1, 3, 15, 16], DType::F32, &dev).unwrap();
+    assert!(matches!(m.forward(&odd, &t), Err(ModelError::Input(_))));
+    let x = Tensor::zeros(&[2, 3, 16, 16], DType::F32, &dev).unwrap();
+    let three = Tensor::from_slice(&[1f32, 2.0, 3.0], &[3], &dev).unwrap();
+    assert!(matches!(m.forward(&x, &three), Err(ModelError::Input(_))));
+    let labels = Tensor::from_slice(&[0i64, 1], &[2], &dev).unwrap();
+    assert!(matches!(
+        m.forward_with_class(&x, &t, Some(&labels)),
+        Err(ModelError::Input(_))
+    ));
+    let v = UNet2DModel::load(&dir("variant"), &dev).unwrap();
+    let x2 = Tensor::zeros(&[2, 2, 16, 16], DType::F32, &dev).unwrap();
+    assert!(matches!(v.forward(&x2, &t), Err(ModelError::Input(_))));
+    for (json, key) in [
+        (
+            r#"{"down_block_types": ["SkipDownBlock2D"], "up_block_types": ["UpBlock2D"], "block_out_channels": [32]}"#,
+            "SkipDownBlock2D",
+        ),
+        (r#"{"time_embedding_type": "fourier"}"#, "fourier"),
+        (r#"{"act_fn": "mish"}"#, "mish"),
+        (
+            r#"{"block_out_channels": [32, 48], "down_block_types": ["DownBlock2D", "DownBlock2D"], "up_block_types": ["UpBlock2D", "UpBlock2D"]}"#,
+            "norm_num_groups",
+        ),
+    ] {
+        match UNet2DConfig::from_json(json) {
+            Err(ModelError::Config(msg)) => assert!(msg.contains(key), "{msg}"),
+            other => panic!(
+                "{json}: expected a config error, got {:?}",
+                other.map(|_| ())
+            ),
+        }
+    }
+    assert!(SchedulerConfig::from_json(r#"{"beta_schedule": "sigmoid"}"#).is_err());
+    // diffusers' other spacings (numpy rounds half to even).
+    let spaced = |s: &str| {
+        let c = SchedulerConfig::from_json(&format!(r#"{{"timestep_spacing": "{s}"}}"#)).unwrap();
+        c.timesteps(7).unwrap()
+    };
+    assert_eq!(spaced("linspace"), [999, 832, 666, 500, 333, 166, 0]);
+    assert_eq!(spaced("trailing"), [999, 856, 713, 570, 428, 285, 142]);
+    assert!(Ddim::new(SchedulerConfig::default(), 0).is_err());
+    assert!(Ddim::new(SchedulerConfig::default(), 1001).is_err());
+}
