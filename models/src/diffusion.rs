@@ -404,7 +404,9 @@ impl Scheduler for Ddpm {
 
 /// Runs `scheduler`'s whole chain from `x` (pure noise at the first
 /// timestep), the model predicting at each step, drawing the step noise
-/// from `key`. Calls `progress` after each step (a progress bar).
+/// from `key`. Each step is computed before the next is recorded (a
+/// sync point per step), so all steps share one compiled program. Calls
+/// `progress` after each step (a progress bar).
 pub fn sample(
     unet: &UNet2DModel,
     scheduler: &dyn Scheduler,
@@ -412,6 +414,9 @@ pub fn sample(
     key: Key,
     mut progress: impl FnMut(usize),
 ) -> Result<Tensor> {
+    // Sampling never differentiates: no tape, so no step keeps the UNet's
+    // intermediates alive.
+    let _no_grad = lazyfuse::NoGradGuard::new();
     let dev: Device = x.device().clone();
     let mut x = x;
     for (i, &t) in scheduler.timesteps().iter().enumerate() {
@@ -423,6 +428,9 @@ pub fn sample(
             None
         };
         x = scheduler.step(&out, t, &x, noise.as_ref())?;
+        // One step per program: the same cached executable every step,
+        // instead of one ever-larger graph of the whole chain.
+        x.realize()?;
         progress(i);
     }
     Ok(x)

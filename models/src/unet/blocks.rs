@@ -10,74 +10,104 @@ use crate::weights::{Checkpoint, Loader};
 use crate::{ModelError, Result};
 use lazyfuse::ir::ConvSpec;
 use lazyfuse::nn::{join, GroupNorm, Linear, Module, Param};
-use lazyfuse::{Device, Tensor};
+use lazyfuse::{DType, Device, Tensor};
+use std::cell::Cell;
 
 fn ck(msg: impl Into<String>) -> ModelError {
     ModelError::Checkpoint(msg.into())
 }
 
-/// Reads the layers of one checkpoint onto one device, trainable.
+/// Where a model's tensors come from: a checkpoint (each checked against
+/// the shape the config implies) or fresh initialisation as PyTorch's
+/// layers draw it (uniform in `±1/sqrt(fan_in)` for convolutions and
+/// linear layers, scale 1 and shift 0 for norms, N(0, 1) for embeddings).
+/// Either way the parameters are trainable.
 pub(crate) struct Weights<'a> {
-    pub(crate) ck: &'a Checkpoint,
+    pub(crate) ck: Option<&'a Checkpoint>,
     pub(crate) dev: &'a Device,
+    /// Next seed of the fresh initialisation.
+    pub(crate) seed: Cell<u64>,
+}
+
+/// How a fresh tensor is drawn.
+#[derive(Clone, Copy)]
+pub(crate) enum Init {
+    Uniform(f64),
+    Ones,
+    Zeros,
+    Normal,
 }
 
 impl Weights<'_> {
-    /// The shape of `name`, or an `Err` naming it.
-    pub(crate) fn shape(&self, name: &str) -> Result<Vec<usize>> {
-        self.ck
-            .shape(name)
-            .ok_or_else(|| ck(format!("checkpoint has no {name:?}")))
+    /// `name` with shape `dims`: read, or drawn as `init` says.
+    pub(crate) fn tensor(&self, name: &str, dims: &[usize], init: Init) -> Result<Param> {
+        let t = match self.ck {
+            Some(c) => Tensor::from_slice(&c.f32(name, dims)?, dims, self.dev)?,
+            None => {
+                let seed = lazyfuse::ir::splitmix64(self.seed.get());
+                self.seed.set(seed);
+                match init {
+                    Init::Uniform(b) => Tensor::rand(dims, seed, self.dev)?.mul(2.0 * b)?.sub(b)?,
+                    Init::Ones => Tensor::ones(dims, DType::F32, self.dev)?,
+                    Init::Zeros => Tensor::zeros(dims, DType::F32, self.dev)?,
+                    Init::Normal => Tensor::randn(dims, seed, self.dev)?,
+                }
+            }
+        };
+        Ok(Param::new(t)?)
     }
 
-    fn tensor(&self, name: &str, dims: &[usize]) -> Result<Param> {
-        let v = self.ck.f32(name, dims)?;
-        Ok(Param::new(Tensor::from_slice(&v, dims, self.dev)?)?)
-    }
-
-    /// `prefix.weight` `[o, i, k, k]` and `prefix.bias` `[o]`, stride 1,
-    /// "same" padding.
-    pub(crate) fn conv(&self, prefix: &str) -> Result<Conv> {
-        let name = format!("{prefix}.weight");
-        let shape = self.shape(&name)?;
-        if shape.len() != 4 || shape[2] != shape[3] {
-            return Err(ck(format!(
-                "{name:?} must be a square 2-D convolution kernel, got {shape:?}"
-            )));
-        }
-        let p = (shape[2] / 2) as i64;
+    /// `prefix.weight` `[cout, cin, k, k]` and `prefix.bias` `[cout]`,
+    /// stride 1, "same" padding.
+    pub(crate) fn conv(&self, prefix: &str, cin: usize, cout: usize, k: usize) -> Result<Conv> {
+        let b = 1.0 / ((cin * k * k) as f64).sqrt();
+        let p = (k / 2) as i64;
         Ok(Conv {
-            weight: self.tensor(&name, &shape)?,
-            bias: self.tensor(&format!("{prefix}.bias"), &shape[..1])?,
+            weight: self.tensor(
+                &format!("{prefix}.weight"),
+                &[cout, cin, k, k],
+                Init::Uniform(b),
+            )?,
+            bias: self.tensor(&format!("{prefix}.bias"), &[cout], Init::Uniform(b))?,
             stride: 1,
             pad: [(p, p), (p, p)],
         })
     }
 
-    /// A PyTorch `[out, in]` linear layer with bias, trainable.
-    pub(crate) fn linear(&self, prefix: &str) -> Result<Linear> {
-        let shape = self.shape(&format!("{prefix}.weight"))?;
-        let [out, inp] = shape[..] else {
-            return Err(ck(format!(
-                "{prefix:?}.weight must be [out, in], got {shape:?}"
-            )));
+    /// A PyTorch `[out, in]` linear layer with bias (held as `[in, out]`).
+    pub(crate) fn linear(&self, prefix: &str, inp: usize, out: usize) -> Result<Linear> {
+        let b = 1.0 / (inp as f64).sqrt();
+        let weight = match self.ck {
+            Some(c) => {
+                let frozen = Loader {
+                    ck: c,
+                    dev: self.dev,
+                }
+                .linear(prefix, inp, out, false)?;
+                Param::new(frozen.weight.tensor())?
+            }
+            None => self.tensor("", &[inp, out], Init::Uniform(b))?,
         };
-        let frozen = Loader {
-            ck: self.ck,
-            dev: self.dev,
-        }
-        .linear(prefix, inp, out, true)?;
         Ok(Linear {
-            weight: Param::new(frozen.weight.tensor())?,
-            bias: frozen.bias.map(|b| Param::new(b.tensor())).transpose()?,
+            weight,
+            bias: Some(self.tensor(&format!("{prefix}.bias"), &[out], Init::Uniform(b))?),
         })
     }
 
-    /// `prefix.weight` and `prefix.bias` as a group norm over `groups`.
-    pub(crate) fn group_norm(&self, prefix: &str, groups: usize, eps: f64) -> Result<GroupNorm> {
-        let c = self.shape(&format!("{prefix}.weight"))?;
-        let w = self.tensor(&format!("{prefix}.weight"), &c)?.tensor();
-        let b = self.tensor(&format!("{prefix}.bias"), &c)?.tensor();
+    /// `prefix.weight` and `prefix.bias` `[c]` as a group norm.
+    pub(crate) fn group_norm(
+        &self,
+        prefix: &str,
+        groups: usize,
+        c: usize,
+        eps: f64,
+    ) -> Result<GroupNorm> {
+        let w = self
+            .tensor(&format!("{prefix}.weight"), &[c], Init::Ones)?
+            .tensor();
+        let b = self
+            .tensor(&format!("{prefix}.bias"), &[c], Init::Zeros)?
+            .tensor();
         Ok(GroupNorm::from_tensors(groups, w, b, eps)?)
     }
 }
@@ -112,10 +142,6 @@ impl Conv {
             [(p, p), (p, p)]
         };
         self
-    }
-
-    pub(crate) fn out_channels(&self) -> usize {
-        self.bias.tensor().dims()[0]
     }
 
     pub(crate) fn visit(&self, prefix: &str, out: &mut Vec<(String, Param)>) {
@@ -169,22 +195,26 @@ pub(crate) struct ResnetBlock {
 }
 
 impl ResnetBlock {
+    /// Block `p` from `cin` to `cout` channels; `temb` is the time
+    /// embedding's width.
     pub(crate) fn load(
         w: &Weights,
         p: &str,
+        (cin, cout, temb): (usize, usize, usize),
         cfg: BlockCfg,
         output_scale: f64,
         inner: Inner,
     ) -> Result<ResnetBlock> {
-        let shortcut = format!("{p}.conv_shortcut.weight");
+        let proj = if cfg.scale_shift { 2 * cout } else { cout };
         Ok(ResnetBlock {
-            norm1: w.group_norm(&format!("{p}.norm1"), cfg.groups, cfg.eps)?,
-            conv1: w.conv(&format!("{p}.conv1"))?,
-            time_emb_proj: w.linear(&format!("{p}.time_emb_proj"))?,
-            norm2: w.group_norm(&format!("{p}.norm2"), cfg.groups, cfg.eps)?,
-            conv2: w.conv(&format!("{p}.conv2"))?,
-            conv_shortcut: if w.ck.contains(&shortcut) {
-                Some(w.conv(&format!("{p}.conv_shortcut"))?)
+            norm1: w.group_norm(&format!("{p}.norm1"), cfg.groups, cin, cfg.eps)?,
+            conv1: w.conv(&format!("{p}.conv1"), cin, cout, 3)?,
+            time_emb_proj: w.linear(&format!("{p}.time_emb_proj"), temb, proj)?,
+            norm2: w.group_norm(&format!("{p}.norm2"), cfg.groups, cout, cfg.eps)?,
+            conv2: w.conv(&format!("{p}.conv2"), cout, cout, 3)?,
+            // diffusers projects the shortcut exactly when the width changes.
+            conv_shortcut: if cin != cout {
+                Some(w.conv(&format!("{p}.conv_shortcut"), cin, cout, 1)?)
             } else {
                 None
             },
@@ -261,31 +291,29 @@ pub(crate) struct SpatialAttention {
 }
 
 impl SpatialAttention {
+    /// Attention `p` over `c` channels in `heads` heads of `head_dim`.
     pub(crate) fn load(
         w: &Weights,
         p: &str,
-        heads: usize,
+        (c, heads, head_dim): (usize, usize, usize),
         groups: Option<usize>,
         eps: f64,
         rescale: f64,
     ) -> Result<SpatialAttention> {
         let group_norm = match groups {
-            Some(g) => Some(w.group_norm(&format!("{p}.group_norm"), g, eps)?),
+            Some(g) => Some(w.group_norm(&format!("{p}.group_norm"), g, c, eps)?),
             None => None,
         };
-        let to_q = w.linear(&format!("{p}.to_q"))?;
-        let inner = to_q.weight.tensor().dims()[1];
-        if heads == 0 || inner % heads != 0 {
-            return Err(ck(format!(
-                "{p}.to_q has {inner} outputs, not a multiple of the {heads} heads"
-            )));
+        let inner = heads * head_dim;
+        if inner == 0 {
+            return Err(ck(format!("{p}: attention over {c} channels has no heads")));
         }
         Ok(SpatialAttention {
             group_norm,
-            to_q,
-            to_k: w.linear(&format!("{p}.to_k"))?,
-            to_v: w.linear(&format!("{p}.to_v"))?,
-            to_out: w.linear(&format!("{p}.to_out.0"))?,
+            to_q: w.linear(&format!("{p}.to_q"), c, inner)?,
+            to_k: w.linear(&format!("{p}.to_k"), c, inner)?,
+            to_v: w.linear(&format!("{p}.to_v"), c, inner)?,
+            to_out: w.linear(&format!("{p}.to_out.0"), inner, c)?,
             heads,
             rescale,
         })

@@ -308,11 +308,13 @@ impl UNet2DConfig {
         Ok(c)
     }
 
-    /// Attention heads at width `channels`.
-    pub(crate) fn heads(&self, channels: usize) -> usize {
+    /// `(channels, heads, head_dim)` of an attention block at width
+    /// `channels`: `channels / attention_head_dim` heads (diffusers'
+    /// rule), or one head over every channel when the dim is unset.
+    pub(crate) fn attention(&self, channels: usize) -> (usize, usize, usize) {
         match self.attention_head_dim {
-            Some(d) if d > 0 => (channels / d).max(1),
-            _ => 1,
+            Some(d) if d > 0 => (channels, channels / d, d),
+            _ => (channels, 1, channels),
         }
     }
 }

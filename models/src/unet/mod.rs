@@ -15,10 +15,11 @@ pub mod config;
 
 use crate::weights::Checkpoint;
 use crate::{ModelError, Result};
-use blocks::{act, BlockCfg, Conv, Inner, Resample, ResnetBlock, SpatialAttention, Weights};
+use blocks::{act, BlockCfg, Conv, Init, Inner, Resample, ResnetBlock, SpatialAttention, Weights};
 pub use config::{Activation, Resampler, UNet2DConfig};
 use lazyfuse::nn::{join, GroupNorm, Linear, Module, Param};
 use lazyfuse::{DType, Device, Tensor};
+use std::cell::Cell;
 use std::path::Path;
 
 /// A down or up block: residual blocks, each followed by attention in the
@@ -94,59 +95,87 @@ impl UNet2DModel {
         c: &Checkpoint,
         dev: &Device,
     ) -> Result<UNet2DModel> {
-        let w = Weights { ck: c, dev };
+        let w = Weights {
+            ck: Some(c),
+            dev,
+            seed: Cell::new(0),
+        };
+        UNet2DModel::build(config, &w)
+    }
+
+    /// A freshly initialised model of `config` (PyTorch's layer
+    /// initialisation, drawn from `seed`): for training from scratch and
+    /// for benchmarks.
+    pub fn random(config: UNet2DConfig, seed: u64, dev: &Device) -> Result<UNet2DModel> {
+        let w = Weights {
+            ck: None,
+            dev,
+            seed: Cell::new(seed),
+        };
+        UNet2DModel::build(config, &w)
+    }
+
+    /// Every layer, with the channel arithmetic of diffusers' constructors.
+    fn build(config: UNet2DConfig, w: &Weights) -> Result<UNet2DModel> {
         let cfg = BlockCfg {
             groups: config.norm_num_groups,
             eps: config.norm_eps,
             act: config.act_fn,
             scale_shift: config.scale_shift,
         };
-        let chans = &config.block_out_channels;
+        let chans = config.block_out_channels.clone();
         let levels = chans.len();
-        let c0 = chans[0];
+        let (c0, temb) = (chans[0], config.time_embed_dim);
         let half = c0 / 2;
         // diffusers: exp(-ln(10000) * i / (half - shift)) in float32.
         let denom = half as f32 - config.freq_shift as f32;
         let freqs = (0..half)
             .map(|i| ((-(10000f32.ln()) * i as f32) / denom).exp())
             .collect();
-        let load_attn = |p: &str, ch: usize, groups: Option<usize>, rescale: f64| {
-            SpatialAttention::load(&w, p, config.heads(ch), groups, config.norm_eps, rescale)
+        let attention = |p: &str, ch: usize, groups: Option<usize>, rescale: f64| {
+            SpatialAttention::load(w, p, config.attention(ch), groups, config.norm_eps, rescale)
         };
+        let resnet = |p: &str, cin: usize, cout: usize, scale: f64, inner: Inner| {
+            ResnetBlock::load(w, p, (cin, cout, temb), cfg, scale, inner)
+        };
+        let conv_in = w.conv("conv_in", config.in_channels, c0, 3)?;
         let mut down = Vec::new();
         for (i, &attn) in config.down_attention.iter().enumerate() {
             let p = format!("down_blocks.{i}");
+            let (cin, cout) = (chans[i.saturating_sub(1)], chans[i]);
             let mut resnets = Vec::new();
             let mut attentions = Vec::new();
             for j in 0..config.layers_per_block {
-                resnets.push(ResnetBlock::load(
-                    &w,
+                let from = if j == 0 { cin } else { cout };
+                resnets.push(resnet(
                     &format!("{p}.resnets.{j}"),
-                    cfg,
+                    from,
+                    cout,
                     1.0,
                     Inner::None,
                 )?);
                 if attn {
                     let a = format!("{p}.attentions.{j}");
-                    attentions.push(load_attn(&a, chans[i], Some(cfg.groups), 1.0)?);
+                    attentions.push(attention(&a, cout, Some(cfg.groups), 1.0)?);
                 }
             }
             let q = format!("{p}.downsamplers.0");
             let resample = if i + 1 == levels {
                 None
             } else if attn && config.downsample_type == Resampler::Resnet {
-                Some(Resample::Resnet(Box::new(ResnetBlock::load(
-                    &w,
+                Some(Resample::Resnet(Box::new(resnet(
                     &q,
-                    cfg,
+                    cout,
+                    cout,
                     1.0,
                     Inner::Down,
                 )?)))
             } else {
-                let conv = w
-                    .conv(&format!("{q}.conv"))?
-                    .strided(config.downsample_padding);
-                Some(Resample::Conv(conv, Inner::Down))
+                let conv = w.conv(&format!("{q}.conv"), cout, cout, 3)?;
+                Some(Resample::Conv(
+                    conv.strided(config.downsample_padding),
+                    Inner::Down,
+                ))
             };
             down.push(Level {
                 resnets,
@@ -154,18 +183,18 @@ impl UNet2DModel {
                 resample,
             });
         }
+        let top = chans[levels - 1];
         let mid = if config.mid_block {
-            let top = chans[levels - 1];
             let s = config.mid_block_scale_factor;
-            let r0 = ResnetBlock::load(&w, "mid_block.resnets.0", cfg, s, Inner::None)?;
-            let r1 = ResnetBlock::load(&w, "mid_block.resnets.1", cfg, s, Inner::None)?;
+            let r0 = resnet("mid_block.resnets.0", top, top, s, Inner::None)?;
+            let r1 = resnet("mid_block.resnets.1", top, top, s, Inner::None)?;
             let groups = match config.attn_norm_num_groups {
                 Some(g) => Some(g),
                 None if !config.scale_shift => Some(cfg.groups),
                 None => None,
             };
             let attentions = if config.add_attention {
-                vec![load_attn("mid_block.attentions.0", top, groups, s)?]
+                vec![attention("mid_block.attentions.0", top, groups, s)?]
             } else {
                 Vec::new()
             };
@@ -173,38 +202,46 @@ impl UNet2DModel {
         } else {
             None
         };
+        let rev: Vec<usize> = chans.iter().rev().copied().collect();
         let mut up = Vec::new();
         for (i, &attn) in config.up_attention.iter().enumerate() {
             let p = format!("up_blocks.{i}");
-            let ch = chans[levels - 1 - i];
+            let prev = rev[i.saturating_sub(1)];
+            let cout = rev[i];
+            let skip_in = rev[(i + 1).min(levels - 1)];
+            let n = config.layers_per_block + 1;
             let mut resnets = Vec::new();
             let mut attentions = Vec::new();
-            for j in 0..=config.layers_per_block {
-                resnets.push(ResnetBlock::load(
-                    &w,
+            for j in 0..n {
+                let skip = if j + 1 == n { skip_in } else { cout };
+                let from = if j == 0 { prev } else { cout };
+                let r = resnet(
                     &format!("{p}.resnets.{j}"),
-                    cfg,
+                    from + skip,
+                    cout,
                     1.0,
                     Inner::None,
-                )?);
+                )?;
+                resnets.push(r);
                 if attn {
                     let a = format!("{p}.attentions.{j}");
-                    attentions.push(load_attn(&a, ch, Some(cfg.groups), 1.0)?);
+                    attentions.push(attention(&a, cout, Some(cfg.groups), 1.0)?);
                 }
             }
             let q = format!("{p}.upsamplers.0");
             let resample = if i + 1 == levels {
                 None
             } else if attn && config.upsample_type == Resampler::Resnet {
-                Some(Resample::Resnet(Box::new(ResnetBlock::load(
-                    &w,
+                Some(Resample::Resnet(Box::new(resnet(
                     &q,
-                    cfg,
+                    cout,
+                    cout,
                     1.0,
                     Inner::Up,
                 )?)))
             } else {
-                Some(Resample::Conv(w.conv(&format!("{q}.conv"))?, Inner::Up))
+                let conv = w.conv(&format!("{q}.conv"), cout, cout, 3)?;
+                Some(Resample::Conv(conv, Inner::Up))
             };
             up.push(Level {
                 resnets,
@@ -213,31 +250,20 @@ impl UNet2DModel {
             });
         }
         let class_embedding = match config.num_class_embeds {
-            Some(n) => {
-                let dims = [n, config.time_embed_dim];
-                let v = c.f32("class_embedding.weight", &dims)?;
-                Some(Param::new(Tensor::from_slice(&v, &dims, dev)?)?)
-            }
+            Some(n) => Some(w.tensor("class_embedding.weight", &[n, temb], Init::Normal)?),
             None => None,
         };
-        let conv_in = w.conv("conv_in")?;
-        if conv_in.out_channels() != c0 {
-            return Err(ck(format!(
-                "conv_in has {} outputs but block_out_channels[0] is {c0}",
-                conv_in.out_channels()
-            )));
-        }
         Ok(UNet2DModel {
             freqs,
             conv_in,
-            linear_1: w.linear("time_embedding.linear_1")?,
-            linear_2: w.linear("time_embedding.linear_2")?,
+            linear_1: w.linear("time_embedding.linear_1", c0, temb)?,
+            linear_2: w.linear("time_embedding.linear_2", temb, temb)?,
             class_embedding,
             down,
             mid,
             up,
-            conv_norm_out: w.group_norm("conv_norm_out", cfg.groups, cfg.eps)?,
-            conv_out: w.conv("conv_out")?,
+            conv_norm_out: w.group_norm("conv_norm_out", cfg.groups, c0, cfg.eps)?,
+            conv_out: w.conv("conv_out", c0, config.out_channels, 3)?,
             config,
         })
     }
