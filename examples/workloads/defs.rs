@@ -51,6 +51,10 @@ pub fn all() -> Vec<Workload> {
             name: "dlrm_train_step",
             build: dlrm_train_step,
         },
+        Workload {
+            name: "unet_fwd",
+            build: unet_fwd,
+        },
         // Not in WORKLOADS.md: mlp_train_step data parallel over 4 devices.
         Workload {
             name: "mlp_train_step_ddp4",
@@ -62,7 +66,10 @@ pub fn all() -> Vec<Workload> {
 /// True for workloads whose peers are this repository's
 /// (`scripts/peers/more_workloads.py`), not the shared peers script.
 pub fn repo_peers(name: &str) -> bool {
-    name == "moe_layer_fwd" || name == "resnet18_train_step" || name == "dlrm_train_step"
+    name == "moe_layer_fwd"
+        || name == "resnet18_train_step"
+        || name == "dlrm_train_step"
+        || name == "unet_fwd"
 }
 
 /// True for workloads the peers do not define (not in WORKLOADS.md).
@@ -502,6 +509,33 @@ fn dlrm_train_step(dev: &Device) -> Result<Step> {
         let tables: Vec<_> = model.tables.iter().collect();
         sparse_opt.step(&tables)?;
         loss.realize()?;
+        Ok(())
+    }))
+}
+
+/// A small diffusers UNet2DModel (DDPM-CIFAR's block layout at half width:
+/// 64-128-128 channels, two residual blocks per level, attention at 16x16
+/// and in the mid block), one denoiser call on 4 samples of 3x32x32 at
+/// timestep 500, without gradients.
+pub const UNET_FWD_CONFIG: &str = r#"{
+    "sample_size": 32, "in_channels": 3, "out_channels": 3,
+    "block_out_channels": [64, 128, 128], "layers_per_block": 2,
+    "down_block_types": ["DownBlock2D", "AttnDownBlock2D", "DownBlock2D"],
+    "up_block_types": ["UpBlock2D", "AttnUpBlock2D", "UpBlock2D"],
+    "norm_num_groups": 32, "attention_head_dim": 8
+}"#;
+
+fn unet_fwd(dev: &Device) -> Result<Step> {
+    use lazyfuse_models::{UNet2DConfig, UNet2DModel};
+    let err = |e: lazyfuse_models::ModelError| lazyfuse::Error::Internal(e.to_string());
+    let config = UNet2DConfig::from_json(UNET_FWD_CONFIG).map_err(err)?;
+    let model = UNet2DModel::random(config, 70, dev).map_err(err)?;
+    let x = Tensor::randn(&[4, 3, 32, 32], 71, dev)?;
+    let t = Tensor::from_slice(&[500i64], &[1], dev)?;
+    Ok(Box::new(move || {
+        let _no_grad = lazyfuse::NoGradGuard::new();
+        let y = model.forward(&x, &t).map_err(err)?;
+        y.realize()?;
         Ok(())
     }))
 }

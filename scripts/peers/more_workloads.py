@@ -20,6 +20,12 @@ tables (1M, 100K, 10K, 1000, 100, 100, 10, 10 rows of 16), bottom MLP
 13-64-16, top 16+36-64-1, batch 128 of one id per table: binary
 cross-entropy, SGD (lr 0.1) with sparse embedding gradients.
   torch     PyTorch CPU eager, nn.EmbeddingBag(sparse=True).
+unet_fwd: one call of a small diffusers UNet2DModel (DDPM-CIFAR's block
+layout at 64-128-128 channels, config in examples/workloads/defs.rs) on 4
+samples of 3x32x32 at timestep 500, under torch.no_grad().
+  torch     PyTorch CPU eager, diffusers' UNet2DModel (skipped with a note
+            on stderr when diffusers is not installed).
+  inductor  the same model under torch.compile (inductor).
 Usage: python more_workloads.py [workload ...] [--systems torch,jaxjit,inductor]
 """
 import argparse, statistics, time
@@ -201,7 +207,38 @@ def torch_dlrm():
     return {"torch": run}
 
 
+UNET_FWD_CONFIG = dict(
+    sample_size=32, in_channels=3, out_channels=3,
+    block_out_channels=(64, 128, 128), layers_per_block=2,
+    down_block_types=("DownBlock2D", "AttnDownBlock2D", "DownBlock2D"),
+    up_block_types=("UpBlock2D", "AttnUpBlock2D", "UpBlock2D"),
+    norm_num_groups=32, attention_head_dim=8,
+)
+
+
+def torch_unet(compiled):
+    import sys
+    import torch
+    try:
+        from diffusers import UNet2DModel
+    except ImportError:
+        print("unet_fwd: diffusers is not installed; no torch peer", file=sys.stderr)
+        return {}
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    model = UNet2DModel(**UNET_FWD_CONFIG).eval()
+    fwd = torch.compile(model) if compiled else model
+    x = torch.randn(4, 3, 32, 32)
+    t = torch.tensor([500])
+
+    def run():
+        with torch.no_grad():
+            return fwd(x, t).sample
+    return {"inductor" if compiled else "torch": run}
+
+
 SYSTEMS = {
+    "unet_fwd": {"torch": lambda: torch_unet(False), "inductor": lambda: torch_unet(True)},
     "moe_layer_fwd": {"torch": torch_moe, "jaxjit": jax_moe},
     "dlrm_train_step": {"torch": torch_dlrm},
     "resnet18_train_step": {"torch": lambda: {"torch": torch_resnet(False)},
