@@ -12,6 +12,7 @@
 mod conv;
 mod convert;
 mod custom;
+mod grad;
 mod ops;
 mod runtime;
 
@@ -35,5 +36,6 @@ fn init_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ops::register(m)?;
     custom::register(m)?;
     conv::register(m)?;
+    grad::register(m)?;
     Ok(())
 }

@@ -38,7 +38,7 @@ def full(size, value, dtype=None, **_):
 lowering("full")(full)
 
 
-@lowering("zeros", "empty.memory_format", "empty", "empty_strided")
+@lowering("zeros", "empty.memory_format", "empty", "empty_strided", "empty_permuted")
 def zeros(size, *rest, dtype=None, **_):
     return _C.full(0.0, _size(size), _dt(dtype))
 
@@ -84,9 +84,15 @@ def new_full(x, size, value, dtype=None, **_):
 
 
 @lowering("arange")
-def arange(*args, dtype=None, **_):
+def arange(*args, dtype=None, start=None, end=None, step=None, **_):
     nums = [a for a in args if isinstance(a, (int, float))]
-    start, end, step = (0, nums[0], 1) if len(nums) == 1 else (nums + [1])[:3]
+    if start is None and end is None and step is None:
+        start, end, step = (0, nums[0], 1) if len(nums) == 1 else (nums + [1])[:3]
+    else:
+        # The keyword form, torch.arange(start=0, end=n): positionals first.
+        given = dict(zip(("start", "end", "step"), nums))
+        given.update({k: v for k, v in (("start", start), ("end", end), ("step", step)) if v is not None})
+        start, end, step = given.get("start", 0), given["end"], given.get("step", 1)
     if dtype is None:
         dtype_name = "int64" if all(isinstance(v, int) for v in (start, end, step)) else default_float()
     else:

@@ -179,6 +179,20 @@ def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, en
     return p.matmul(v)
 
 
+@lowering("_scaled_dot_product_flash_attention_for_cpu_backward")
+def sdpa_cpu_backward(grad_out, q, k, v, out, logsumexp, dropout_p, is_causal, attn_mask=None,
+                      scale=None):
+    """The gradients of the attention above with respect to q, k and v,
+    from the runtime's own rules (``out`` and ``logsumexp`` are not read:
+    the forward is recomputed and fuses with the backward)."""
+    if dropout_p:
+        return None
+
+    def f(t):
+        return sdpa(t[0], t[1], t[2], attn_mask, 0.0, is_causal, scale)
+    return tuple(_C.vjp(f, [q, k, v], grad_out))
+
+
 def _repeat_heads(x, rep):
     *b, h, s, d = x.shape
     y = x.unsqueeze(-3).expand(list(b) + [h, rep, s, d])
