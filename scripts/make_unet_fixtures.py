@@ -25,6 +25,9 @@ runs, each with its scheduler_config.json in a subdirectory:
   ddpm/  DDPMScheduler (squaredcos_cap_v2), 5 steps, from `ddpm_x`, the
          variance noise of each step in `ddpm_noise` [steps, ...] ->
          `ddpm_out`.
+and 5 SGD steps (lr 0.05, momentum 0.9) of the noise-prediction loss on
+fixed noised batches: `train_noisy`, `train_noise`, `train_t`, the losses
+`train_losses` and `conv_in.weight` after them.
 """
 import argparse, json, math, os
 import torch
@@ -105,6 +108,25 @@ def main():
                     x = ddpm.step(model(x, t).sample, t, x, generator=gen).prev_sample
             io["ddpm_noise"] = torch.stack(noises)
             io["ddpm_out"] = x
+            # Training: the noise-prediction objective, SGD with momentum,
+            # from the checkpoint, on fixed noised batches.
+            steps = 5
+            x0 = torch.randn(steps, 2, 3, 16, 16)
+            noise = torch.randn(steps, 2, 3, 16, 16)
+            t = torch.randint(0, 1000, (steps, 2))
+            noisy = torch.stack([ddpm.add_noise(x0[i], noise[i], t[i]) for i in range(steps)])
+            trained = UNet2DModel.from_pretrained(d).train()
+            opt = torch.optim.SGD(trained.parameters(), lr=0.05, momentum=0.9)
+            losses = []
+            for i in range(steps):
+                opt.zero_grad()
+                loss = torch.nn.functional.mse_loss(trained(noisy[i], t[i]).sample, noise[i])
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+            io["train_noisy"], io["train_noise"], io["train_t"] = noisy, noise, t
+            io["train_losses"] = torch.tensor(losses)
+            io["train_conv_in_weight"] = trained.conv_in.weight.detach().clone()
         save_file({k: v.contiguous() for k, v in io.items()}, os.path.join(d, "io.safetensors"))
         print(name, "->", d, "out", tuple(io["out"].shape), "abs max", float(io["out"].abs().max()))
 

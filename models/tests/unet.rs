@@ -6,6 +6,7 @@
 //! generator), the parameter names, and bad input as an `Err`.
 
 use lazyfuse::nn::{load_tensors, Module};
+use lazyfuse::optim::{params_of, Optimizer, Sgd};
 use lazyfuse::{DType, Device, FusionGuard, Tensor};
 use lazyfuse_models::diffusion::{Ddim, Ddpm, Scheduler, SchedulerConfig};
 use lazyfuse_models::{ModelError, UNet2DConfig, UNet2DModel};
@@ -205,4 +206,44 @@ fn bad_input_and_unsupported_configs_are_errors() {
     assert_eq!(spaced("trailing"), [999, 856, 713, 570, 428, 285, 142]);
     assert!(Ddim::new(SchedulerConfig::default(), 0).is_err());
     assert!(Ddim::new(SchedulerConfig::default(), 1001).is_err());
+}
+
+#[test]
+fn sgd_training_follows_diffusers() {
+    let dev = Device::cpu().unwrap();
+    let data = io("small", &dev);
+    let m = UNet2DModel::load(&dir("small"), &dev).unwrap();
+    let mut opt = Sgd::new(params_of(&m.parameters()), 0.05, 0.9, 0.0).unwrap();
+    let want = f32s(&data["train_losses"]);
+    let t_all = data["train_t"].to_vec::<i64>().unwrap();
+    let mut got = Vec::new();
+    for (i, _) in want.iter().enumerate() {
+        // Each step's batch uploaded on its own, as a data loader would.
+        let pick = |k: &str| {
+            let all = f32s(&data[k]);
+            let per = all.len() / want.len();
+            Tensor::from_slice(&all[i * per..(i + 1) * per], &[2, 3, 16, 16], &dev).unwrap()
+        };
+        let t = Tensor::from_slice(&t_all[2 * i..2 * i + 2], &[2], &dev).unwrap();
+        opt.zero_grad();
+        let pred = m.forward(&pick("train_noisy"), &t).unwrap();
+        let d = pred.sub(&pick("train_noise")).unwrap();
+        let loss = d.mul(&d).unwrap().mean(.., false).unwrap();
+        loss.backward().unwrap();
+        opt.step().unwrap();
+        got.push(loss.item::<f32>().unwrap());
+    }
+    assert_close("losses", &got, &want, 1e-4);
+    let w = m
+        .parameters()
+        .into_iter()
+        .find(|(n, _)| n == "conv_in.weight")
+        .unwrap()
+        .1;
+    assert_close(
+        "conv_in.weight after training",
+        &f32s(&w.tensor()),
+        &f32s(&data["train_conv_in_weight"]),
+        1e-4,
+    );
 }

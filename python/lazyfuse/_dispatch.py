@@ -148,11 +148,27 @@ def _batch_norm(args, kwargs):
     return wrap_out(out)
 
 
+# Ops whose index tensors (argument 1, a list) may stay on the CPU, as
+# PyTorch lets CPU indices index a tensor on any device.
+_CPU_INDICES = {"index", "index_put", "index_put_", "_unsafe_index", "_unsafe_index_put",
+                "_index_put_impl_"}
+
+
+def _upload_cpu_indices(args):
+    def up(i):
+        if isinstance(i, torch.Tensor) and type(i) is not LazyTensor and i.device.type == "cpu":
+            return wrap(upload(i))
+        return i
+    return (args[0], [up(i) for i in args[1]], *args[2:])
+
+
 def dispatch(func, args, kwargs):
     p = _PLANS.get(func) or _plan(func)
     name, kind, low, site = p
     set_site(site)
     sync_grad_mode()
+    if name in _CPU_INDICES and len(args) > 1 and isinstance(args[1], (list, tuple)):
+        args = _upload_cpu_indices(args)
     if kind == 1:
         r = _special(name, func, args, kwargs)
         if r is not None:

@@ -251,6 +251,42 @@ impl PyTensor {
         at(|| self.t.index_add(axis, &idx.get().t, &src.get().t)).map(PyTensor::new)
     }
 
+    /// `Tensor::embedding_bag`: sum (or mean) of the rows `ids` picks, per
+    /// bag starting at `offsets`, each row scaled by `psw` when given.
+    #[pyo3(signature = (ids, offsets, psw, mean))]
+    fn embedding_bag(
+        &self,
+        ids: &Bound<'_, PyTensor>,
+        offsets: &Bound<'_, PyTensor>,
+        psw: Option<Bound<'_, PyTensor>>,
+        mean: bool,
+    ) -> PyResult<PyTensor> {
+        let psw = psw.map(|w| w.get().t.clone());
+        at(|| {
+            self.t
+                .embedding_bag(&ids.get().t, &offsets.get().t, psw.as_ref(), mean)
+        })
+        .map(PyTensor::new)
+    }
+
+    /// `Tensor::cumsum`: inclusive prefix sums along `axis` (a log-depth
+    /// scan).
+    fn cumsum(&self, axis: isize) -> PyResult<PyTensor> {
+        at(|| self.t.cumsum(axis)).map(PyTensor::new)
+    }
+
+    /// `Tensor::bags`: rows already looked up (`[n, dim]`) reduced per bag.
+    #[pyo3(signature = (offsets, psw, mean))]
+    fn bags(
+        &self,
+        offsets: &Bound<'_, PyTensor>,
+        psw: Option<Bound<'_, PyTensor>>,
+        mean: bool,
+    ) -> PyResult<PyTensor> {
+        let psw = psw.map(|w| w.get().t.clone());
+        at(|| self.t.bags(&offsets.get().t, psw.as_ref(), mean)).map(PyTensor::new)
+    }
+
     fn gather(&self, axis: isize, idx: &Bound<'_, PyTensor>) -> PyResult<PyTensor> {
         at(|| self.t.gather(axis, &idx.get().t)).map(PyTensor::new)
     }

@@ -118,4 +118,4 @@ def dims_list(d, rank: int):
 
 
 # Register the lowerings.
-from . import elementwise, factory, more, nn, reduce, shape  # noqa: E402,F401
+from . import bag, elementwise, factory, more, nn, reduce, shape  # noqa: E402,F401

@@ -33,7 +33,6 @@ UNLOWERED = {
     "_fft_r2c": "no FFT in the runtime",
     "_cdist_forward": "not yet lowered",
     "_pdist_forward": "not yet lowered",
-    "_embedding_bag": "not yet lowered",
     "col2im": "not yet lowered",
     "grid_sampler_2d": "data-dependent gather pattern, not yet lowered",
     "_adaptive_avg_pool3d": "not yet lowered",

@@ -152,6 +152,21 @@ def mse_loss(a, b, reduction=1):
     return sq if reduction == 0 else sq.reduce("mean" if reduction == 1 else "sum", None, False)
 
 
+@lowering("binary_cross_entropy")
+def binary_cross_entropy(p, y, weight=None, reduction=1):
+    """PyTorch's formula: ``-(y log p + (1 - y) log(1 - p))`` with each log
+    clamped at -100, so p of exactly 0 or 1 gives a finite loss."""
+    if p.dtype not in FLOATS:
+        return None
+    log_p = p.unary("log").binary("maximum", -100.0)
+    log_q = const(1.0, p.dtype).binary("sub", p).unary("log").binary("maximum", -100.0)
+    one_minus_y = const(1.0, y.dtype).binary("sub", y)
+    loss = binary("add", binary("mul", y, log_p), binary("mul", one_minus_y, log_q)).unary("neg")
+    if weight is not None:
+        loss = binary("mul", loss, weight)
+    return loss if reduction == 0 else loss.reduce("mean" if reduction == 1 else "sum", None, False)
+
+
 @lowering("scaled_dot_product_attention")
 def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     """Attention as PyTorch's math reference computes it: one fused region
