@@ -37,6 +37,7 @@
 
 mod chart;
 mod defs;
+mod memory;
 
 use lazyfuse::{metrics, Device, FusionGuard};
 use std::collections::BTreeMap;
@@ -125,6 +126,9 @@ struct Record {
     system: String,
     median_ms: f64,
     compiles_timed: Option<u64>,
+    /// MB the resident-set peak of the timed steps rose above the resident
+    /// size before them (lazyfuse rows on Linux; `memory.rs`).
+    step_peak_mb: Option<f64>,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -180,6 +184,7 @@ fn run_peers_once(
                 system: f[1].into(),
                 median_ms: ms,
                 compiles_timed: None,
+                step_peak_mb: None,
             })
         })
         .collect();
@@ -365,13 +370,25 @@ fn other_peers(args: &Args, names: &[String]) -> Vec<Record> {
 /// The table on stdout, and the `--json` and `--chart` files.
 fn report(args: &Args, names: &[String], records: Vec<Record>) {
     print_table(&records, names);
+    let mem: Vec<(&Record, f64)> = records
+        .iter()
+        .filter_map(|r| r.step_peak_mb.map(|m| (r, m)))
+        .collect();
+    if !mem.is_empty() {
+        println!("\nPeak memory of the timed steps, above the resident size before them:\n");
+        println!("| workload | system | step peak (MB) |\n|---|---|---|");
+        for (r, m) in mem {
+            println!("| {} | {} | {m:.1} |", r.workload, r.system);
+        }
+    }
     if let Some(path) = &args.json {
         let body: Vec<String> = records
             .iter()
             .map(|r| {
                 let c = r.compiles_timed.map_or("null".to_string(), |c| c.to_string());
+                let m = r.step_peak_mb.map_or("null".to_string(), |m| format!("{m:.1}"));
                 format!(
-                    "  {{\"workload\": \"{}\", \"system\": \"{}\", \"median_ms\": {:.4}, \"compiles_timed\": {c}}}",
+                    "  {{\"workload\": \"{}\", \"system\": \"{}\", \"median_ms\": {:.4}, \"compiles_timed\": {c}, \"step_peak_mb\": {m}}}",
                     r.workload, r.system, r.median_ms
                 )
             })
@@ -448,6 +465,7 @@ fn run_system_child(args: &Args, fuse: bool, names: &[String]) -> Vec<Record> {
             system: r["system"].as_str().unwrap_or_default().to_string(),
             median_ms: r["median_ms"].as_f64().unwrap_or(f64::NAN),
             compiles_timed: r["compiles_timed"].as_u64(),
+            step_peak_mb: r["step_peak_mb"].as_f64(),
         })
         .collect()
 }
@@ -468,6 +486,7 @@ fn time_lazyfuse(
         }
     }
     let before = metrics::snapshot();
+    let peak = memory::StepPeak::start();
     let times: Vec<f64> = (0..args.iters)
         .map(|_| {
             let t0 = Instant::now();
@@ -475,6 +494,7 @@ fn time_lazyfuse(
             t0.elapsed().as_secs_f64() * 1e3
         })
         .collect();
+    let step_peak_mb = peak.finish();
     let after = metrics::snapshot();
     let system = if fuse {
         "lazyfuse"
@@ -486,12 +506,14 @@ fn time_lazyfuse(
         system: system.into(),
         median_ms: median(times),
         compiles_timed: Some(after.compiles - before.compiles),
+        step_peak_mb,
     };
     eprintln!(
-        "{name:<24} {system:<18} {:>10.3} ms  compiles(timed) {}  cache hits(timed) {}",
+        "{name:<24} {system:<18} {:>10.3} ms  compiles(timed) {}  cache hits(timed) {}  step peak +{:.1} MB",
         rec.median_ms,
         after.compiles - before.compiles,
-        after.cache_hits - before.cache_hits
+        after.cache_hits - before.cache_hits,
+        step_peak_mb.unwrap_or(f64::NAN)
     );
     rec
 }
@@ -500,27 +522,32 @@ fn time_lazyfuse(
 /// with the compiles of every round's timed steps added up.
 fn across_rounds(rounds: Vec<Vec<Record>>) -> Vec<Record> {
     let mut order: Vec<(String, String)> = Vec::new();
-    let mut by: BTreeMap<(String, String), (Vec<f64>, Option<u64>)> = BTreeMap::new();
+    type Acc = (Vec<f64>, Option<u64>, Option<f64>);
+    let mut by: BTreeMap<(String, String), Acc> = BTreeMap::new();
     for r in rounds.into_iter().flatten() {
         let key = (r.workload, r.system);
         if !by.contains_key(&key) {
             order.push(key.clone());
         }
-        let e = by.entry(key).or_insert((Vec::new(), None));
+        let e = by.entry(key).or_insert((Vec::new(), None, None));
         e.0.push(r.median_ms);
         if let Some(c) = r.compiles_timed {
             e.1 = Some(e.1.unwrap_or(0) + c);
+        }
+        if let Some(m) = r.step_peak_mb {
+            e.2 = Some(e.2.unwrap_or(0f64).max(m));
         }
     }
     order
         .into_iter()
         .map(|key| {
-            let (ms, compiles) = by.remove(&key).unwrap_or_default();
+            let (ms, compiles, step_peak_mb) = by.remove(&key).unwrap_or_default();
             Record {
                 workload: key.0,
                 system: key.1,
                 median_ms: median(ms),
                 compiles_timed: compiles,
+                step_peak_mb,
             }
         })
         .collect()

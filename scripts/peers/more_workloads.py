@@ -26,6 +26,10 @@ samples of 3x32x32 at timestep 500, under torch.no_grad().
   torch     PyTorch CPU eager, diffusers' UNet2DModel (skipped with a note
             on stderr when diffusers is not installed).
   inductor  the same model under torch.compile (inductor).
+embedding_bag_10m_train_step: a 10M x 16 nn.EmbeddingBag(sparse=True), 2048
+bags of 8 ids summed, Linear(16, 1), sigmoid and binary cross-entropy, SGD
+(lr 0.1) on both.
+  torch     PyTorch CPU eager.
 Usage: python more_workloads.py [workload ...] [--systems torch,jaxjit,inductor]
 """
 import argparse, statistics, time
@@ -237,7 +241,31 @@ def torch_unet(compiled):
     return {"inductor" if compiled else "torch": run}
 
 
+def torch_bag10m():
+    import torch
+    import torch.nn as nn
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    rows, bags, per = 10_000_000, 2048, 8
+    table = nn.EmbeddingBag(rows, 16, mode="sum", sparse=True)
+    head = nn.Linear(16, 1)
+    opt = torch.optim.SGD(list(table.parameters()) + list(head.parameters()), lr=0.1)
+    ids = torch.tensor([(i * 7_919_993) % rows for i in range(bags * per)])
+    offsets = torch.arange(0, bags * per, per)
+    y = torch.tensor([float(i % 3 == 0) for i in range(bags)])
+
+    def run():
+        opt.zero_grad()
+        p = torch.sigmoid(head(table(ids, offsets))).view(-1)
+        loss = nn.functional.binary_cross_entropy(p, y)
+        loss.backward()
+        opt.step()
+        return loss.item()
+    return {"torch": run}
+
+
 SYSTEMS = {
+    "embedding_bag_10m_train_step": {"torch": torch_bag10m},
     "unet_fwd": {"torch": lambda: torch_unet(False), "inductor": lambda: torch_unet(True)},
     "moe_layer_fwd": {"torch": torch_moe, "jaxjit": jax_moe},
     "dlrm_train_step": {"torch": torch_dlrm},
