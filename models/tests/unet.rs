@@ -227,7 +227,7 @@ fn sgd_training_follows_diffusers() {
         let t = Tensor::from_slice(&t_all[2 * i..2 * i + 2], &[2], &dev).unwrap();
         opt.zero_grad();
         let pred = m.forward(&pick("train_noisy"), &t).unwrap();
-        let d = pred.sub(&pick("train_noise")).unwrap();
+        let d = pred.sub(pick("train_noise")).unwrap();
         let loss = d.mul(&d).unwrap().mean(.., false).unwrap();
         loss.backward().unwrap();
         opt.step().unwrap();

@@ -15,11 +15,15 @@ torchvision's ResNet-18 (10 classes) in training mode, batch 16 of 3x64x64.
   torch     PyTorch CPU eager (torchvision.models.resnet18 when installed,
             else the same network written out below).
   inductor  the same step with the model under torch.compile (inductor).
+  jaxjit    the same network and step written out in jax, jitted, state
+            donated.
 dlrm_train_step: one training step of a DLRM (reference layout) with eight
 tables (1M, 100K, 10K, 1000, 100, 100, 10, 10 rows of 16), bottom MLP
 13-64-16, top 16+36-64-1, batch 128 of one id per table: binary
 cross-entropy, SGD (lr 0.1) with sparse embedding gradients.
   torch     PyTorch CPU eager, nn.EmbeddingBag(sparse=True).
+  jaxjit    jax.jit of the same step (take, and the dense table gradients
+            jax.grad makes of it), state donated.
 unet_fwd: one call of a small diffusers UNet2DModel (DDPM-CIFAR's block
 layout at 64-128-128 channels, config in examples/workloads/defs.rs) on 4
 samples of 3x32x32 at timestep 500, under torch.no_grad().
@@ -264,13 +268,143 @@ def torch_bag10m():
     return {"torch": run}
 
 
+def jax_resnet():
+    """ResNet-18 (basic blocks 2-2-2-2, torchvision's shapes) written out in
+    jax: NCHW convolutions, batch norm with batch statistics and running
+    averages, the same SGD step (momentum 0.9, weight decay 1e-4), jitted
+    with the parameters, momenta and statistics donated."""
+    import jax, jax.numpy as jnp
+    keys = iter(jax.random.split(jax.random.PRNGKey(0), 64))
+
+    def conv_w(cin, cout, k):
+        return jax.random.normal(next(keys), (cout, cin, k, k)) * (2.0 / (cout * k * k)) ** 0.5
+
+    def bn_p(c):
+        return {"g": jnp.ones(c), "b": jnp.zeros(c)}, {"m": jnp.zeros(c), "v": jnp.ones(c)}
+
+    params, stats = {"stem": conv_w(3, 64, 7)}, {}
+    params["bn"], stats["bn"] = bn_p(64)
+    cin, blocks = 64, []
+    for s, planes in enumerate([64, 128, 256, 512]):
+        for b in range(2):
+            stride = 2 if s > 0 and b == 0 else 1
+            p, st = {"c1": conv_w(cin, planes, 3), "c2": conv_w(planes, planes, 3)}, {}
+            p["b1"], st["b1"] = bn_p(planes)
+            p["b2"], st["b2"] = bn_p(planes)
+            if stride != 1 or cin != planes:
+                p["dc"] = conv_w(cin, planes, 1)
+                p["db"], st["db"] = bn_p(planes)
+            blocks.append(stride)
+            params[f"blk{len(blocks)}"], stats[f"blk{len(blocks)}"] = p, st
+            cin = planes
+    params["fc_w"] = jax.random.normal(next(keys), (512, 10)) * 512 ** -0.5
+    params["fc_b"] = jnp.zeros(10)
+
+    def conv(x, w, stride):
+        k = w.shape[-1] // 2
+        return jax.lax.conv_general_dilated(x, w, (stride, stride), [(k, k), (k, k)],
+                                            dimension_numbers=("NCHW", "OIHW", "NCHW"))
+
+    def bn(x, p, st):
+        mean, var = x.mean((0, 2, 3)), x.var((0, 2, 3))
+        n = x.size // x.shape[1]
+        y = (x - mean[:, None, None]) * jax.lax.rsqrt(var[:, None, None] + 1e-5)
+        new = {"m": 0.9 * st["m"] + 0.1 * mean, "v": 0.9 * st["v"] + 0.1 * var * n / (n - 1)}
+        return y * p["g"][:, None, None] + p["b"][:, None, None], new
+
+    def forward(params, stats, x):
+        new = {}
+        h, new["bn"] = bn(conv(x, params["stem"], 2), params["bn"], stats["bn"])
+        h = jax.lax.reduce_window(jax.nn.relu(h), -jnp.inf, jax.lax.max, (1, 1, 3, 3),
+                                  (1, 1, 2, 2), ((0, 0), (0, 0), (1, 1), (1, 1)))
+        for i, stride in enumerate(blocks, 1):
+            p, st, ns = params[f"blk{i}"], stats[f"blk{i}"], {}
+            o, ns["b1"] = bn(conv(h, p["c1"], stride), p["b1"], st["b1"])
+            o, ns["b2"] = bn(conv(jax.nn.relu(o), p["c2"], 1), p["b2"], st["b2"])
+            sc = h
+            if "dc" in p:
+                sc, ns["db"] = bn(conv(h, p["dc"], stride), p["db"], st["db"])
+            h, new[f"blk{i}"] = jax.nn.relu(o + sc), ns
+        return h.mean((2, 3)) @ params["fc_w"] + params["fc_b"], new
+
+    def loss_fn(params, stats, x, y):
+        logits, new = forward(params, stats, x)
+        return -jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], 1).mean(), new
+
+    def step(params, mom, stats, x, y):
+        (loss, new), g = jax.value_and_grad(loss_fn, has_aux=True)(params, stats, x, y)
+        g = jax.tree.map(lambda g, p: g + 1e-4 * p, g, params)
+        mom = jax.tree.map(lambda m, g: 0.9 * m + g, mom, g)
+        return jax.tree.map(lambda p, m: p - 0.01 * m, params, mom), mom, new, loss
+
+    step = jax.jit(step, donate_argnums=(0, 1, 2))
+    x = jax.random.normal(next(keys), (16, 3, 64, 64))
+    y = jnp.array([i * 7 % 10 for i in range(16)])
+    st = {"p": params, "m": jax.tree.map(jnp.zeros_like, params), "s": stats}
+
+    def run():
+        st["p"], st["m"], st["s"], loss = step(st["p"], st["m"], st["s"], x, y)
+        return float(loss)
+    return {"jaxjit": run}
+
+
+def jax_dlrm():
+    """The DLRM step in jax: tables looked up by `take` (one id per bag),
+    their gradients what jax.grad makes of a gather (a scatter into a
+    table-shaped zero), SGD on everything, jitted with the state donated."""
+    import jax, jax.numpy as jnp
+    tables, b = [1_000_000, 100_000, 10_000, 1000, 100, 100, 10, 10], 128
+    keys = iter(jax.random.split(jax.random.PRNGKey(0), 32))
+
+    def mlp(ws):
+        return [(jax.random.normal(next(keys), (a, c)) * (2 / (a + c)) ** 0.5, jnp.zeros(c))
+                for a, c in zip(ws, ws[1:])]
+
+    f = 1 + len(tables)
+    params = {"bot": mlp([13, 64, 16]), "top": mlp([16 + f * (f - 1) // 2, 64, 1]),
+              "emb": [jax.random.uniform(next(keys), (n, 16), minval=-n ** -0.5, maxval=n ** -0.5)
+                      for n in tables]}
+    li = jnp.array([i for i in range(f) for j in range(i)])
+    lj = jnp.array([j for i in range(f) for j in range(i)])
+
+    def run_mlp(ls, x, sigmoid_last):
+        for k, (w, c) in enumerate(ls):
+            x = x @ w + c
+            x = jax.nn.sigmoid(x) if sigmoid_last and k == len(ls) - 1 else jax.nn.relu(x)
+        return x
+
+    def loss_fn(params, dense, ids, y):
+        x = run_mlp(params["bot"], dense, False)
+        t = jnp.stack([x] + [jnp.take(e, i, axis=0) for e, i in zip(params["emb"], ids)], 1)
+        z = jnp.einsum("bid,bjd->bij", t, t)
+        p = run_mlp(params["top"], jnp.concatenate([x, z[:, li, lj]], 1), True).reshape(-1)
+        p = jnp.clip(p, 1e-12, 1 - 1e-7)
+        return -(y * jnp.log(p) + (1 - y) * jnp.log(1 - p)).mean()
+
+    def step(params, dense, ids, y):
+        loss, g = jax.value_and_grad(loss_fn)(params, dense, ids, y)
+        return jax.tree.map(lambda p, g: p - 0.1 * g, params, g), loss
+
+    step = jax.jit(step, donate_argnums=(0,))
+    dense = jax.random.normal(next(keys), (b, 13))
+    ids = [jnp.array([(i * 7919 + k * 104_729) % n for i in range(b)]) for k, n in enumerate(tables)]
+    y = jnp.array([float(i % 3 == 0) for i in range(b)])
+    st = {"p": params}
+
+    def run():
+        st["p"], loss = step(st["p"], dense, ids, y)
+        return float(loss)
+    return {"jaxjit": run}
+
+
 SYSTEMS = {
     "embedding_bag_10m_train_step": {"torch": torch_bag10m},
     "unet_fwd": {"torch": lambda: torch_unet(False), "inductor": lambda: torch_unet(True)},
     "moe_layer_fwd": {"torch": torch_moe, "jaxjit": jax_moe},
-    "dlrm_train_step": {"torch": torch_dlrm},
+    "dlrm_train_step": {"torch": torch_dlrm, "jaxjit": jax_dlrm},
     "resnet18_train_step": {"torch": lambda: {"torch": torch_resnet(False)},
-                            "inductor": lambda: {"inductor": torch_resnet(True)}},
+                            "inductor": lambda: {"inductor": torch_resnet(True)},
+                            "jaxjit": jax_resnet},
 }
 
 if __name__ == "__main__":

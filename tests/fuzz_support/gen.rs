@@ -59,6 +59,7 @@ enum Action {
     Conv,
     Flip,
     IndexAdd,
+    IndexSelect,
     /// A conversion to a float type and, right after it, arithmetic on the
     /// converted value (what fusion merges: `convert` then `mul`/`add`...).
     CastArith,
@@ -72,7 +73,7 @@ enum Action {
 }
 
 /// Weighted action table, indexed by `kind % 64`.
-const ACTIONS: [(Action, usize); 26] = [
+const ACTIONS: [(Action, usize); 27] = [
     (Action::Input, 3),
     (Action::Full, 2),
     (Action::Arange, 1),
@@ -93,6 +94,7 @@ const ACTIONS: [(Action, usize); 26] = [
     (Action::Conv, 2),
     (Action::Flip, 1),
     (Action::IndexAdd, 2),
+    (Action::IndexSelect, 2),
     (Action::CastArith, 4),
     (Action::ScalarChain, 3),
     (Action::Read, 3),
@@ -579,6 +581,7 @@ impl Builder {
             Action::Conv => self.conv(g),
             Action::Flip => self.flip(g),
             Action::IndexAdd => self.index_add(g),
+            Action::IndexSelect => self.index_select(g),
             Action::Read | Action::Drop | Action::ReadOnThread => {
                 if let Some(i) = self.pick(g.a, &any) {
                     self.steps.push(match action(g.kind) {

@@ -1,4 +1,4 @@
-//! Convolution, `flip` and `index_add` steps for the generator (the ops
+//! Convolution, `flip`, `index_add` and `index_select` steps for the generator (the ops
 //! with the most attributes, drawn here so `gen.rs` keeps the common
 //! families), and random gene lists for drivers without proptest.
 
@@ -111,6 +111,37 @@ impl Builder {
         sd[axis] = k;
         let s = self.input(&sd, v.dtype);
         self.apply(Op::ScatterAdd { axis }, vec![x, i, s]);
+    }
+
+    /// `index_select` of any value of rank >= 1 along a random axis: a fresh
+    /// i32 or i64 index list (repeats, empty, a few out of range to test
+    /// clamping). Embedding lookups, upsampling and bags are this gather.
+    pub(super) fn index_select(&mut self, g: &Gene) {
+        let x = self.pick_or_input(g.a, &|v| v.shape.rank() >= 1, |rng| {
+            let (mut d, t) = super::any_input(rng);
+            if d.is_empty() {
+                d.push(random_dim(rng));
+            }
+            (d, t)
+        });
+        let v = self.vals[x].clone();
+        let axis = g.c as usize % v.shape.rank();
+        let n = v.shape.dims()[axis];
+        if n == 0 {
+            return;
+        }
+        let k = self.rng.below(2 * n + 2);
+        let ids: Vec<i64> = (0..k)
+            .map(|_| self.rng.below(n + 2) as i64 - if g.b % 4 == 0 { 1 } else { 0 })
+            .collect();
+        let idt = if g.b % 2 == 0 { DType::I64 } else { DType::I32 };
+        self.steps.push(super::Step::Input(HostTensor::from_i64(
+            &ids,
+            Shape::new(&[k]),
+            idt,
+        )));
+        let i = self.define(Shape::new(&[k]), idt);
+        self.apply(Op::IndexSelect { axis }, vec![x, i]);
     }
 
     /// `flip` of any value along a random subset of its axes.
