@@ -5,9 +5,12 @@
 //! PyTorch agree on) and the running statistics after them against
 //! PyTorch's CPU eager, fused and unfused; and a missing tensor as an `Err`.
 
+mod common;
+
+use common::{assert_close, f32s};
 use lazyfuse::nn::{load_tensors, Module};
 use lazyfuse::optim::{params_of, Optimizer, Sgd};
-use lazyfuse::{DType, Device, FusionGuard, Tensor};
+use lazyfuse::{Device, FusionGuard, Tensor};
 use lazyfuse_models::{ModelError, ResNet};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -20,32 +23,11 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/resnet")
-        .join(name)
+    common::fixture("resnet", name)
 }
 
 fn io(name: &str, dev: &Device) -> HashMap<String, Tensor> {
-    load_tensors(dir(name).join("io.safetensors"), dev)
-        .unwrap()
-        .into_iter()
-        .collect()
-}
-
-fn f32s(t: &Tensor) -> Vec<f32> {
-    t.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap()
-}
-
-/// Within `tol` relative to the expected values' largest magnitude.
-fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    let scale = want.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= tol * scale,
-            "{what}: element {i}: got {g}, expected {w} (scale {scale})"
-        );
-    }
+    common::io(&dir(name), dev)
 }
 
 #[test]

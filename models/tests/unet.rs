@@ -5,6 +5,9 @@
 //! DDPM sampling chains (the DDPM noise replayed from PyTorch's
 //! generator), the parameter names, and bad input as an `Err`.
 
+mod common;
+
+use common::{assert_close, f32s};
 use lazyfuse::nn::{load_tensors, Module};
 use lazyfuse::optim::{params_of, Optimizer, Sgd};
 use lazyfuse::{DType, Device, FusionGuard, Tensor};
@@ -14,35 +17,11 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 
 fn dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/unet")
-        .join(name)
+    common::fixture("unet", name)
 }
 
 fn io(name: &str, dev: &Device) -> HashMap<String, Tensor> {
-    load_tensors(dir(name).join("io.safetensors"), dev)
-        .unwrap()
-        .into_iter()
-        .collect()
-}
-
-fn f32s(t: &Tensor) -> Vec<f32> {
-    t.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap()
-}
-
-/// Within `tol` relative to the expected values' largest magnitude.
-fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    let scale = want.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
-    let worst = got
-        .iter()
-        .zip(want)
-        .map(|(g, w)| (g - w).abs())
-        .fold(0f32, f32::max);
-    assert!(
-        worst <= tol * scale,
-        "{what}: worst difference {worst} over scale {scale} (tolerance {tol})"
-    );
+    common::io(&dir(name), dev)
 }
 
 #[test]

@@ -75,6 +75,24 @@ impl Builder {
         self.apply(Op::Conv(Box::new(spec)), vec![x, wi]);
     }
 
+    /// A fresh 1-D index list into a dim of `n` (`n > 0`), i32 or i64 as
+    /// `g.b` says: up to `2n + 1` ids with repeats, some out of range (past
+    /// the end, and -1 when `g.b % 4 == 0`) to test clamping. Returns its
+    /// value and length.
+    fn fresh_ids(&mut self, g: &Gene, n: usize) -> (usize, usize) {
+        let k = self.rng.below(2 * n + 2);
+        let ids: Vec<i64> = (0..k)
+            .map(|_| self.rng.below(n + 2) as i64 - if g.b % 4 == 0 { 1 } else { 0 })
+            .collect();
+        let idt = if g.b % 2 == 0 { DType::I64 } else { DType::I32 };
+        self.steps.push(super::Step::Input(HostTensor::from_i64(
+            &ids,
+            Shape::new(&[k]),
+            idt,
+        )));
+        (self.define(Shape::new(&[k]), idt), k)
+    }
+
     /// `index_add` into a numeric value of rank >= 1: a fresh i32 or i64
     /// index list (repeats, and a few out of range to test clamping) and a
     /// fresh source.
@@ -96,17 +114,7 @@ impl Builder {
         if n == 0 {
             return;
         }
-        let k = self.rng.below(2 * n + 2);
-        let ids: Vec<i64> = (0..k)
-            .map(|_| self.rng.below(n + 2) as i64 - if g.b % 4 == 0 { 1 } else { 0 })
-            .collect();
-        let idt = if g.b % 2 == 0 { DType::I64 } else { DType::I32 };
-        self.steps.push(super::Step::Input(HostTensor::from_i64(
-            &ids,
-            Shape::new(&[k]),
-            idt,
-        )));
-        let i = self.define(Shape::new(&[k]), idt);
+        let (i, k) = self.fresh_ids(g, n);
         let mut sd = v.shape.dims().to_vec();
         sd[axis] = k;
         let s = self.input(&sd, v.dtype);
@@ -130,17 +138,7 @@ impl Builder {
         if n == 0 {
             return;
         }
-        let k = self.rng.below(2 * n + 2);
-        let ids: Vec<i64> = (0..k)
-            .map(|_| self.rng.below(n + 2) as i64 - if g.b % 4 == 0 { 1 } else { 0 })
-            .collect();
-        let idt = if g.b % 2 == 0 { DType::I64 } else { DType::I32 };
-        self.steps.push(super::Step::Input(HostTensor::from_i64(
-            &ids,
-            Shape::new(&[k]),
-            idt,
-        )));
-        let i = self.define(Shape::new(&[k]), idt);
+        let (i, _) = self.fresh_ids(g, n);
         self.apply(Op::IndexSelect { axis }, vec![x, i]);
     }
 
