@@ -69,12 +69,10 @@ pub fn all() -> Vec<Workload> {
 
 /// True for workloads whose peers are this repository's
 /// (`scripts/peers/more_workloads.py`), not the shared peers script.
+#[rustfmt::skip] // the first line as first written; later workloads added below it
 pub fn repo_peers(name: &str) -> bool {
-    name == "moe_layer_fwd"
-        || name == "resnet18_train_step"
-        || name == "dlrm_train_step"
-        || name == "unet_fwd"
-        || name == "embedding_bag_10m_train_step"
+    name == "moe_layer_fwd" || name == "resnet18_train_step" || name == "dlrm_train_step"
+        || name == "unet_fwd" || name == "embedding_bag_10m_train_step"
 }
 
 /// True for workloads the peers do not define (not in WORKLOADS.md).
