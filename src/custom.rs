@@ -1,6 +1,7 @@
 //! Custom kernels: the escape hatch for an op lazyfuse lacks or runs slowly.
 //!
-//! A [`CustomOp`] is a StableHLO function (text, as `jax.jit(f).lower(..)
+//! A [`CustomOp`] is either a host kernel, a Rust function XLA calls on
+//! the CPU (see [`host`]), or a StableHLO function (text, as `jax.jit(f).lower(..)
 //! .as_text()` or a hand-written module gives it) with a declared
 //! signature. Applied to tensors it records like any op: it fuses with its
 //! neighbours (its function is called from the region's `@main`, and XLA
@@ -38,8 +39,10 @@
 
 use crate::autograd::custom::{register, GradFn};
 use crate::{Device, Error, Result, Tensor};
-use lazyfuse_ir::{CustomKernel, DType, Op, Shape};
+use lazyfuse_ir::{host_kernels, CustomKernel, DType, HostFn, KernelBody, Op, Shape};
 use std::sync::Arc;
+
+pub use lazyfuse_ir::{HostArg, HostElement, HostOut};
 
 /// A StableHLO function usable as an op (see the [module docs](self)).
 #[derive(Clone)]
@@ -92,13 +95,71 @@ pub fn stablehlo(
     }
     let kernel = Arc::new(CustomKernel {
         name: name.to_string(),
-        text: body.to_string(),
+        body: KernelBody::StableHlo(body.to_string()),
         params: params.iter().map(|(d, t)| (Shape::new(d), *t)).collect(),
         result: (Shape::new(result.0), result.1),
     });
     let op = CustomOp { kernel };
     op.check(device).map_err(|e| fail(e.message()))?;
     Ok(op)
+}
+
+/// Makes a custom op from a Rust function run on the host: `kernel`
+/// reads the operands (shapes and dtypes as `params` declares) and writes
+/// the result (`result`'s shape and dtype). On the CPU plugin XLA calls it
+/// as a typed-FFI custom call in the middle of a fused region, on its
+/// buffers, with no copy; the interpreter device calls it directly. It is
+/// registered under `name`, which must be unique in the process (letters,
+/// digits, `_`, `.`, `-`): another function under a taken name is an
+/// `Err`. A kernel's `Err` (or panic) fails the execution that ran it,
+/// with its message, and the runtime stays usable. On a plugin without
+/// FFI handler registration (or a GPU), running it is an `Err` saying so.
+///
+/// ```no_run
+/// # fn main() -> lazyfuse::Result<()> {
+/// use lazyfuse::{custom, DType, Device, Tensor};
+/// let dev = Device::cpu()?;
+/// let cube = custom::host("cube", &[(&[3], DType::F32)], (&[3], DType::F32), |x, out| {
+///     let x = x[0].as_slice::<f32>().ok_or("f32 expected")?;
+///     for (o, v) in out.as_mut_slice::<f32>().ok_or("f32 expected")?.iter_mut().zip(x) {
+///         *o = v * v * v;
+///     }
+///     Ok(())
+/// })?;
+/// let y = cube.apply(&[&Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], &dev)?])?;
+/// # Ok(()) }
+/// ```
+#[track_caller]
+pub fn host(
+    name: &str,
+    params: &[(&[usize], DType)],
+    result: (&[usize], DType),
+    kernel: impl Fn(&[HostArg<'_>], &mut HostOut<'_>) -> std::result::Result<(), String>
+        + Send
+        + Sync
+        + 'static,
+) -> Result<CustomOp> {
+    let loc = crate::site::caller();
+    let fail = |why: String| Error::op("custom::host", why, name.to_string(), loc);
+    let valid = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+    if name.is_empty() || !name.chars().all(valid) {
+        return Err(fail(
+            "a host kernel's name is letters, digits, `_`, `.` and `-`".into(),
+        ));
+    }
+    if params.is_empty() {
+        return Err(fail("a custom op takes at least one operand".into()));
+    }
+    let f = HostFn::new(kernel);
+    host_kernels::register(name, &f).map_err(fail)?;
+    Ok(CustomOp {
+        kernel: Arc::new(CustomKernel {
+            name: name.to_string(),
+            body: KernelBody::Host(f),
+            params: params.iter().map(|(d, t)| (Shape::new(d), *t)).collect(),
+            result: (Shape::new(result.0), result.1),
+        }),
+    })
 }
 
 impl CustomOp {
@@ -126,7 +187,7 @@ impl CustomOp {
     pub fn apply(&self, args: &[&Tensor]) -> Result<Tensor> {
         let loc = crate::site::caller();
         if let Some(t) = args.first() {
-            if t.device().is_interpreter() {
+            if t.device().is_interpreter() && self.kernel.host().is_none() {
                 return Err(Error::op(
                     "custom",
                     format!(

@@ -28,7 +28,8 @@ mod shape;
 pub mod testutil;
 
 pub use conv::{ConvSpec, Spatial};
-pub use custom::CustomKernel;
+pub use custom::registry as host_kernels;
+pub use custom::{CustomKernel, HostArg, HostElement, HostFn, HostKernelFn, HostOut, KernelBody};
 pub use dtype::{DType, Element};
 pub use graph::{node_hash, stable_hasher, Graph, Inputs, Node, NodeId};
 pub use host::HostTensor;

@@ -136,6 +136,9 @@ impl PjrtBackend {
         compile: impl FnOnce() -> Result<pjrt::LoadedExecutable>,
     ) -> Result<pjrt::LoadedExecutable> {
         crate::dump::region_text(key, text);
+        if text.contains(lower::HOST_TARGET) {
+            self.client.enable_host_kernels()?;
+        }
         let t0 = Instant::now();
         if let Some(mut exe) = crate::persist::load(&self.client, &self.plugin_path, key, text) {
             if !devices.is_empty() {

@@ -94,12 +94,7 @@ pub fn eval_op(op: &Op, inputs: &[&HostTensor]) -> Result<HostTensor, InferError
         Op::IndexSelect { axis } => index::index_select(x(), inputs[1], *axis, shape.clone()),
         Op::ScatterAdd { axis } => index::scatter_add(x(), inputs[1], inputs[2], *axis),
         Op::RandomUniform { dtype, .. } => index::random_uniform(x(), shape.clone(), *dtype),
-        Op::Custom(k) => {
-            return err(format!(
-                "custom kernel {} is StableHLO, which the reference interpreter cannot run (use an XLA device)",
-                k.name
-            ))
-        }
+        Op::Custom(k) => host_kernel(k, inputs)?,
     };
     debug_assert_eq!(
         (&out.shape, out.dtype),
@@ -109,6 +104,66 @@ pub fn eval_op(op: &Op, inputs: &[&HostTensor]) -> Result<HostTensor, InferError
     );
     debug_assert_eq!(out.bytes.len(), shape.numel() * dtype.size_in_bytes());
     Ok(out)
+}
+
+/// Runs a host kernel on the operands (copied into aligned buffers, so the
+/// kernel can view them in place); a StableHLO kernel is an `Err`.
+fn host_kernel(k: &crate::CustomKernel, inputs: &[&HostTensor]) -> Result<HostTensor, InferError> {
+    let Some(f) = k.host() else {
+        return err(format!(
+            "custom kernel {} is StableHLO, which the reference interpreter cannot run (use an XLA device)",
+            k.name
+        ));
+    };
+    // u64 words: aligned for every dtype.
+    let aligned = |n: usize| vec![0u64; n.div_ceil(8)];
+    let held: Vec<Vec<u64>> = inputs
+        .iter()
+        .map(|t| {
+            let mut w = aligned(t.bytes.len());
+            bytes_of_mut(&mut w)[..t.bytes.len()].copy_from_slice(&t.bytes);
+            w
+        })
+        .collect();
+    let dims: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape.dims().to_vec()).collect();
+    let args: Vec<crate::HostArg<'_>> = inputs
+        .iter()
+        .zip(&held)
+        .zip(&dims)
+        .map(|((t, w), d)| crate::HostArg {
+            dtype: t.dtype,
+            dims: d,
+            bytes: &bytes_of(w)[..t.bytes.len()],
+        })
+        .collect();
+    let (shape, dtype) = k.result.clone();
+    let n = shape.numel() * dtype.size_in_bytes();
+    let mut out = aligned(n);
+    let out_dims = shape.dims().to_vec();
+    let mut res = crate::HostOut {
+        dtype,
+        dims: &out_dims,
+        bytes: &mut bytes_of_mut(&mut out)[..n],
+    };
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f.call(&args, &mut res)))
+        .unwrap_or_else(|_| Err("the host kernel panicked".into()))
+        .map_err(|e| InferError(format!("host kernel {}: {e}", k.name)))?;
+    Ok(HostTensor {
+        shape,
+        dtype,
+        bytes: bytes_of(&out)[..n].to_vec(),
+    })
+}
+
+fn bytes_of(w: &[u64]) -> &[u8] {
+    // SAFETY: u8 has no alignment or validity requirement; the length
+    // covers exactly the words' bytes.
+    unsafe { std::slice::from_raw_parts(w.as_ptr().cast::<u8>(), std::mem::size_of_val(w)) }
+}
+
+fn bytes_of_mut(w: &mut [u64]) -> &mut [u8] {
+    // SAFETY: as in `bytes_of`, borrowed mutably.
+    unsafe { std::slice::from_raw_parts_mut(w.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(w)) }
 }
 
 /// Evaluates the nodes of `graph` that `outputs` depend on (and no others), in

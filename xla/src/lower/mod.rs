@@ -17,6 +17,7 @@ mod leading;
 mod ops;
 mod shardy;
 
+pub use ops::{HOST_KERNEL_ATTR, HOST_TARGET};
 pub use shardy::{mesh_decl, reshard_module, sharding, ShardSpec, SpmdLowering};
 
 use emit::Emitter;

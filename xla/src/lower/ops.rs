@@ -9,7 +9,9 @@
 use super::contract::{argmax, contraction_len, matmul, reduce};
 use super::elementwise::{binary, compare, flush_subnormals, unary};
 use super::emit::{i64_array, ty, Emitter};
-use lazyfuse_ir::{BinaryOp, CmpOp, DType, Literal, Node, NodeId, Op, ReduceOp, Shape, UnaryOp};
+use lazyfuse_ir::{
+    BinaryOp, CmpOp, DType, KernelBody, Literal, Node, NodeId, Op, ReduceOp, Shape, UnaryOp,
+};
 
 /// Lowers node `id` (its operands are already lowered) and binds its value.
 pub fn lower_node(e: &mut Emitter<'_>, id: NodeId) {
@@ -353,9 +355,13 @@ fn arange(e: &mut Emitter<'_>, start: Literal, step: Literal, len: usize, dt: DT
 /// A custom kernel: its function joins the module (once, renamed to the
 /// kernel's symbol and made private) and `@main` calls it.
 fn custom(e: &mut Emitter<'_>, node: &Node, k: &lazyfuse_ir::CustomKernel) -> String {
+    let text = match &k.body {
+        KernelBody::StableHlo(text) => text,
+        KernelBody::Host(_) => return host_call(e, node, k),
+    };
     let sym = k.symbol();
     if !e.funcs.iter().any(|(s, _)| *s == sym) {
-        e.funcs.push((sym.clone(), renamed(&k.text, &sym)));
+        e.funcs.push((sym.clone(), renamed(text, &sym)));
     }
     let args: Vec<(String, String)> = node
         .inputs
@@ -373,6 +379,37 @@ fn custom(e: &mut Emitter<'_>, node: &Node, k: &lazyfuse_ir::CustomKernel) -> St
         &ty(&node.shape, node.dtype),
     )
 }
+
+/// A host kernel: a typed-FFI custom call to lazyfuse's one registered
+/// handler, [`HOST_TARGET`], which finds the kernel by the name in the
+/// call's attributes (so a cached executable stays valid in a new process
+/// that registers the kernel again).
+fn host_call(e: &mut Emitter<'_>, node: &Node, k: &lazyfuse_ir::CustomKernel) -> String {
+    let args: Vec<(String, String)> = node
+        .inputs
+        .iter()
+        .map(|&i| {
+            let n = e.graph.node(i);
+            (e.value(i), ty(&n.shape, n.dtype))
+        })
+        .collect();
+    let refs: Vec<(&str, String)> = args.iter().map(|(v, t)| (v.as_str(), t.clone())).collect();
+    let name: String = k.name.escape_default().collect();
+    e.op(
+        "stablehlo.custom_call",
+        &refs,
+        &format!(
+            "call_target_name = \"{HOST_TARGET}\", api_version = 4 : i32, has_side_effect = false, backend_config = {{{HOST_KERNEL_ATTR} = \"{name}\"}}"
+        ),
+        &ty(&node.shape, node.dtype),
+    )
+}
+
+/// The custom-call target of every host kernel (see `pjrt::ffi`).
+pub const HOST_TARGET: &str = "lazyfuse_host_kernel";
+
+/// The attribute naming the host kernel a call runs.
+pub const HOST_KERNEL_ATTR: &str = "kernel";
 
 /// `text` with its entry `@main` renamed to `sym`, and every other
 /// function it defines to `sym_<name>` (so two kernels' helpers never

@@ -255,9 +255,9 @@ fn custom_kernels_are_private_functions_called_from_main() {
     let kernel = |name: &str, body: &str| {
         Op::Custom(std::sync::Arc::new(lazyfuse_ir::CustomKernel {
             name: name.into(),
-            text: format!(
+            body: lazyfuse_ir::KernelBody::StableHlo(format!(
                 "func.func public @main(%a: tensor<4xf32>) -> tensor<4xf32> {{\n  %r = {body} : tensor<4xf32>\n  return %r : tensor<4xf32>\n}}"
-            ),
+            )),
             params: vec![(lazyfuse_ir::Shape::new(&[4]), DType::F32)],
             result: (lazyfuse_ir::Shape::new(&[4]), DType::F32),
         }))
@@ -268,4 +268,18 @@ fn custom_kernels_are_private_functions_called_from_main() {
     // The same kernel twice: one function, called twice.
     let w = g.push(exp, &[z]);
     golden!("lower_custom_kernels", lowered(&g, &[w]));
+}
+
+#[test]
+fn host_kernels_are_typed_ffi_calls_naming_the_kernel() {
+    let mut g = GraphBuilder::new();
+    let x = g.input_f32(&[4]);
+    let host = Op::Custom(std::sync::Arc::new(lazyfuse_ir::CustomKernel {
+        name: "my.kernel".into(),
+        body: lazyfuse_ir::KernelBody::Host(lazyfuse_ir::HostFn::new(|_, _| Ok(()))),
+        params: vec![(lazyfuse_ir::Shape::new(&[4]), DType::F32)],
+        result: (lazyfuse_ir::Shape::new(&[2, 2]), DType::F32),
+    }));
+    let y = g.push(host, &[x]);
+    golden!("lower_host_kernel", lowered(&g, &[y]));
 }

@@ -102,6 +102,19 @@ impl Client {
         &self.compile_options
     }
 
+    /// Registers lazyfuse's host-kernel handler with this client's plugin
+    /// (once per plugin). Host kernels run on the CPU only: another
+    /// platform is an `Err` naming it.
+    pub fn enable_host_kernels(&self) -> Result<()> {
+        let platform = self.platform_name()?;
+        if !platform.eq_ignore_ascii_case("cpu") && !platform.eq_ignore_ascii_case("host") {
+            return Err(super::Error::binding(format!(
+                "host kernels run on the CPU plugin, not on {platform}"
+            )));
+        }
+        super::register_host_handler(&self.inner.plugin)
+    }
+
     /// The platform name (e.g. `"cpu"`), for logs and for keying caches of
     /// serialized executables.
     pub fn platform_name(&self) -> Result<String> {

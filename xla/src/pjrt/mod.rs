@@ -80,6 +80,7 @@ mod buffer;
 mod client;
 mod error;
 mod executable;
+mod ffi;
 mod hlo;
 mod inner;
 mod kv;
@@ -93,6 +94,7 @@ pub use client::Client;
 #[allow(unused_imports)]
 pub use error::{Error, ErrorCode, Result};
 pub use executable::{Completion, LoadedExecutable};
+pub use ffi::register_host_handler;
 pub use hlo::Collective;
 pub use kv::{InMemoryKeyValueStore, KeyValueStore, KvError};
 pub use named::{CreateOption, NamedValue};
