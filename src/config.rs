@@ -63,6 +63,10 @@ pub const INLINE_WAITS: &str = "LAZYFUSE_INLINE_WAITS";
 /// waiting thread polls for its completion before sleeping (default
 /// [`DEFAULT_WAIT_POLL_US`]; `0`: sleep at once). See [`wait_poll`].
 pub const WAIT_POLL_US: &str = "LAZYFUSE_WAIT_POLL_US";
+/// `LAZYFUSE_HOST_KERNELS=0`: never lower an op to one of lazyfuse's own
+/// host kernels (`ragged_dot`'s grouped product on the CPU plugin); the
+/// op is then composed from primitives, as on other devices.
+pub const HOST_KERNELS: &str = "LAZYFUSE_HOST_KERNELS";
 /// glibc's own variables: when the user set either, lazyfuse leaves malloc alone.
 pub const GLIBC_MALLOC_VARS: [&str; 2] = ["MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"];
 
@@ -169,6 +173,13 @@ pub(crate) fn malloc_tuning() -> bool {
         .any(|k| std::env::var_os(k).is_some());
     let off = std::env::var(MALLOC_TUNING).is_ok_and(|v| v.trim() == "0");
     !(user_set || off)
+}
+
+/// Whether ops may use lazyfuse's built-in host kernels (see
+/// [`HOST_KERNELS`]); read once.
+pub fn host_kernels() -> bool {
+    static D: OnceLock<bool> = OnceLock::new();
+    *D.get_or_init(|| flag(HOST_KERNELS).unwrap_or(true))
 }
 
 /// Process-wide fusion default: on unless `LAZYFUSE_FUSION=0`.

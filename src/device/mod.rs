@@ -126,6 +126,15 @@ impl Device {
         self.rt.plugin_path().as_os_str().is_empty()
     }
 
+    /// True when ops may lower to lazyfuse's built-in host kernels here: an
+    /// XLA CPU client, unless `LAZYFUSE_HOST_KERNELS=0`.
+    #[cfg(feature = "xla")]
+    pub(crate) fn runs_host_kernels(&self) -> bool {
+        crate::config::host_kernels()
+            && !self.is_interpreter()
+            && self.rt.platform_name().eq_ignore_ascii_case("cpu")
+    }
+
     /// Process-unique id of this device's client.
     pub(crate) fn client_id(&self) -> u32 {
         self.rt.id

@@ -11,6 +11,7 @@ mod bag;
 mod io;
 mod kv;
 mod layers;
+pub mod moe;
 mod norm;
 pub mod parallel;
 

@@ -183,6 +183,10 @@ impl Tensor {
         if m == 0 || groups == 0 {
             return Tensor::zeros(&[m, n], self.dtype(), self.device());
         }
+        #[cfg(feature = "xla")]
+        if let Some(y) = super::grouped_host::ragged_dot(self, rhs, group_sizes)? {
+            return Ok(y);
+        }
         let t = tile_rows(m, groups);
         let tiles = m.div_ceil(t);
         let items = tiles + (groups - 1).min(tiles * (t - 1));

@@ -11,6 +11,8 @@ mod create;
 mod display;
 pub(crate) mod dynamic;
 mod grouped;
+#[cfg(feature = "xla")]
+mod grouped_host;
 mod index;
 mod manual;
 mod operand;
