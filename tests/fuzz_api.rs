@@ -64,7 +64,7 @@ impl Case {
         let (din, dout) = (self.cfg.d_in, self.cfg.d_out);
         let rg = |t: &Tensor| t.requires_grad();
         let r = &mut self.rng;
-        match r.below(46) {
+        match r.below(47) {
             0..=2 => Call::Leaf {
                 dims: r.dims(),
                 dtype: dt(r),
@@ -329,6 +329,26 @@ impl Case {
                 let n = 1 + self.rng.below(4);
                 let seed = self.rng.below(1 << 20) as u64;
                 Call::RaggedDot(i, n, sizes, seed, self.rng.one_in(2))
+            }
+            46 => {
+                let i = self.entry(|t| (2..=3).contains(&t.rank()) && t.dtype().is_float());
+                let d = self.dims_of(i);
+                let c = if d.len() == 3 { d[0] } else { 1 };
+                let r = &mut self.rng;
+                let (k, s) = (1 + r.below(3), 1 + r.below(2));
+                // Padding up to half the kernel; now and then past it (an Err).
+                let over = usize::from(r.one_in(8));
+                let p = r.below(k / 2 + 1 + over);
+                let sp = match r.below(6) {
+                    0 => Sp::MaxPool(k, s, p),
+                    1 => Sp::AvgPool(k, s, p),
+                    2 => Sp::Nearest(1 + r.below(6), 1 + r.below(6)),
+                    3 => Sp::Bilinear(1 + r.below(6), 1 + r.below(6), r.one_in(2)),
+                    4 => Sp::BatchNorm(r.one_in(3)),
+                    // Groups that divide the channels, or not (an Err).
+                    _ => Sp::GroupNorm(1 + r.below(c)),
+                };
+                Call::Spatial(sp, i)
             }
             40 | 41 => Call::Loss(self.entry(rg), self.rng.one_in(4)),
             42 => Call::Step,

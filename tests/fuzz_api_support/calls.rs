@@ -83,6 +83,24 @@ pub enum Layer {
     Block,
 }
 
+/// Spatial ops of vision models, on an entry viewed as NCHW.
+#[derive(Clone, Copy, Debug)]
+pub enum Sp {
+    /// `max_pool2d` (kernel, stride, padding), square.
+    MaxPool(usize, usize, usize),
+    /// `avg_pool2d` (kernel, stride, padding), square.
+    AvgPool(usize, usize, usize),
+    /// `upsample_nearest` to (h, w).
+    Nearest(usize, usize),
+    /// `upsample_bilinear` to (h, w), with `align_corners`.
+    Bilinear(usize, usize, bool),
+    /// `nn::BatchNorm` in training mode; with the flag, then its running
+    /// variance after that step (the statistics update).
+    BatchNorm(bool),
+    /// `nn::GroupNorm` with this many groups.
+    GroupNorm(usize),
+}
+
 /// One public API call on pool entries (indices), with its arguments.
 #[derive(Clone, Debug)]
 pub enum Call {
@@ -124,6 +142,8 @@ pub enum Call {
     /// made from the seed (requiring grad when the flag is set).
     RaggedDot(usize, usize, Vec<i64>, u64, bool),
     DropoutFn(usize, f64, i64, bool),
+    /// A spatial op on an entry viewed as NCHW (see `spatial.rs`).
+    Spatial(Sp, usize),
     Forward(Layer, usize),
     EmbeddingIds(Vec<i64>, Vec<usize>),
     ParamTensor(usize),

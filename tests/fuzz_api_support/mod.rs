@@ -10,6 +10,7 @@ use std::fmt::Write as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 mod calls;
+mod spatial;
 
 pub use calls::*;
 
@@ -250,6 +251,10 @@ impl Side {
                 x.ragged_dot(&w, &s)?
             }
             Call::DropoutFn(i, p, seed, train) => t(self, *i).dropout(*p, *seed as u64, *train)?,
+            Call::Spatial(sp, i) => {
+                let (x, dev) = (t(self, *i), self.dev.clone());
+                spatial::spatial(*sp, &x, &dev, || self.mark())?
+            }
             Call::Forward(l, i) => {
                 let x = t(self, *i);
                 match l {
@@ -373,6 +378,7 @@ pub fn inputs(c: &Call) -> Vec<usize> {
         Call::Unsqueeze(i, _) | Call::BroadcastTo(i, _) | Call::ToDtype(i, _) => vec![*i],
         Call::Clamp(i, ..) | Call::CrossEntropy(i, ..) | Call::Gather(i, ..) => vec![*i],
         Call::Cumsum(i, _) | Call::Topk(i, ..) | Call::RaggedDot(i, ..) => vec![*i],
+        Call::Spatial(_, i) => vec![*i],
         Call::Loss(i, _) | Call::Backward(i, _) | Call::Grad(i) | Call::ZeroGrad(i) => vec![*i],
         Call::SetRequiresGrad(i, _) | Call::Read(i) | Call::Item(i) => vec![*i],
         Call::DropoutFn(i, ..) | Call::Forward(_, i) | Call::Detach(i) | Call::WithGrad(i) => {
