@@ -30,6 +30,9 @@ samples of 3x32x32 at timestep 500, under torch.no_grad().
   torch     PyTorch CPU eager, diffusers' UNet2DModel (skipped with a note
             on stderr when diffusers is not installed).
   inductor  the same model under torch.compile (inductor).
+  jaxjit    the same network written out in jax (NCHW convolutions, group
+            norms, the blocks' attention), jitted, with diffusers' weights;
+            checked once against diffusers' output before timing.
 embedding_bag_10m_train_step: a 10M x 16 nn.EmbeddingBag(sparse=True), 2048
 bags of 8 ids summed, Linear(16, 1), sigmoid and binary cross-entropy, SGD
 (lr 0.1) on both.
@@ -245,6 +248,110 @@ def torch_unet(compiled):
     return {"inductor" if compiled else "torch": run}
 
 
+def jax_unet():
+    """UNet2DModel's forward in jax, reading diffusers' parameters by name."""
+    import sys
+    import numpy as np
+    import jax
+    import jax.numpy as jnp
+    try:
+        import torch
+        from diffusers import UNet2DModel
+    except ImportError:
+        print("unet_fwd: diffusers is not installed; no jax peer", file=sys.stderr)
+        return {}
+    cfg = UNET_FWD_CONFIG
+    torch.manual_seed(0)
+    model = UNet2DModel(**cfg).eval()
+    P = {k: jnp.asarray(v.detach().numpy()) for k, v in model.state_dict().items()}
+    groups, ch0 = cfg["norm_num_groups"], cfg["block_out_channels"][0]
+
+    def conv(x, p, stride=1, pad=1):
+        y = jax.lax.conv_general_dilated(
+            x, P[p + ".weight"], (stride, stride), [(pad, pad), (pad, pad)],
+            dimension_numbers=("NCHW", "OIHW", "NCHW"))
+        return y + P[p + ".bias"][None, :, None, None]
+
+    def gn(x, p):
+        n, c, h, w = x.shape
+        g = x.reshape(n, groups, -1)
+        mu = g.mean(-1, keepdims=True)
+        var = ((g - mu) ** 2).mean(-1, keepdims=True)
+        g = (g - mu) / jnp.sqrt(var + 1e-5)
+        return g.reshape(n, c, h, w) * P[p + ".weight"][None, :, None, None] \
+            + P[p + ".bias"][None, :, None, None]
+
+    def linear(x, p):
+        return x @ P[p + ".weight"].T + P[p + ".bias"]
+
+    def resnet(x, temb, p):
+        h = conv(jax.nn.silu(gn(x, p + ".norm1")), p + ".conv1")
+        h = h + linear(jax.nn.silu(temb), p + ".time_emb_proj")[:, :, None, None]
+        h = conv(jax.nn.silu(gn(h, p + ".norm2")), p + ".conv2")
+        if p + ".conv_shortcut.weight" in P:
+            x = conv(x, p + ".conv_shortcut", pad=0)
+        return x + h
+
+    def attention(x, p):
+        n, c, hh, ww = x.shape
+        heads = c // cfg["attention_head_dim"]
+        h = gn(x, p + ".group_norm").reshape(n, c, hh * ww).transpose(0, 2, 1)
+        split = lambda t: t.reshape(n, hh * ww, heads, -1).transpose(0, 2, 1, 3)
+        q, k, v = (split(linear(h, p + ".to_" + s)) for s in "qkv")
+        a = jax.nn.softmax(q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1]), axis=-1)
+        o = (a @ v).transpose(0, 2, 1, 3).reshape(n, hh * ww, c)
+        o = linear(o, p + ".to_out.0").transpose(0, 2, 1).reshape(n, c, hh, ww)
+        return o + x
+
+    def forward(x, t):
+        half = ch0 // 2
+        freqs = jnp.exp(-np.log(10000.0) * jnp.arange(half, dtype=jnp.float32) / half)
+        args = t.astype(jnp.float32)[:, None] * freqs[None, :]
+        temb = jnp.concatenate([jnp.cos(args), jnp.sin(args)], -1)  # flip_sin_to_cos
+        temb = linear(jax.nn.silu(linear(temb, "time_embedding.linear_1")),
+                      "time_embedding.linear_2")
+        h = conv(x, "conv_in")
+        skips = [h]
+        layers = cfg["layers_per_block"]
+        for b, kind in enumerate(cfg["down_block_types"]):
+            for j in range(layers):
+                h = resnet(h, temb, f"down_blocks.{b}.resnets.{j}")
+                if kind.startswith("Attn"):
+                    h = attention(h, f"down_blocks.{b}.attentions.{j}")
+                skips.append(h)
+            if f"down_blocks.{b}.downsamplers.0.conv.weight" in P:
+                h = conv(h, f"down_blocks.{b}.downsamplers.0.conv", stride=2)
+                skips.append(h)
+        h = resnet(h, temb, "mid_block.resnets.0")
+        h = attention(h, "mid_block.attentions.0")
+        h = resnet(h, temb, "mid_block.resnets.1")
+        for b, kind in enumerate(cfg["up_block_types"]):
+            for j in range(layers + 1):
+                h = jnp.concatenate([h, skips.pop()], axis=1)
+                h = resnet(h, temb, f"up_blocks.{b}.resnets.{j}")
+                if kind.startswith("Attn"):
+                    h = attention(h, f"up_blocks.{b}.attentions.{j}")
+            if f"up_blocks.{b}.upsamplers.0.conv.weight" in P:
+                h = jnp.repeat(jnp.repeat(h, 2, axis=2), 2, axis=3)
+                h = conv(h, f"up_blocks.{b}.upsamplers.0.conv")
+        h = jax.nn.silu(gn(h, "conv_norm_out"))
+        return conv(h, "conv_out")
+
+    fwd = jax.jit(forward)
+    x = torch.randn(4, 3, 32, 32)
+    t = torch.tensor([500] * 4)
+    xj, tj = jnp.asarray(x.numpy()), jnp.asarray(t.numpy())
+    with torch.no_grad():
+        want = model(x, t).sample.numpy()
+    got = np.asarray(fwd(xj, tj))
+    err = np.abs(got - want).max() / max(np.abs(want).max(), 1e-6)
+    assert err < 1e-3, f"the jax UNet differs from diffusers' by {err:.2e}"
+
+    def run():
+        return fwd(xj, tj).block_until_ready()
+    return {"jaxjit": run}
+
+
 def torch_bag10m():
     import torch
     import torch.nn as nn
@@ -399,7 +506,8 @@ def jax_dlrm():
 
 SYSTEMS = {
     "embedding_bag_10m_train_step": {"torch": torch_bag10m},
-    "unet_fwd": {"torch": lambda: torch_unet(False), "inductor": lambda: torch_unet(True)},
+    "unet_fwd": {"torch": lambda: torch_unet(False), "inductor": lambda: torch_unet(True),
+                 "jaxjit": jax_unet},
     "moe_layer_fwd": {"torch": torch_moe, "jaxjit": jax_moe},
     "dlrm_train_step": {"torch": torch_dlrm, "jaxjit": jax_dlrm},
     "resnet18_train_step": {"torch": lambda: {"torch": torch_resnet(False)},
