@@ -1,7 +1,8 @@
 //! `ragged_dot` on the CPU plugin as host kernels: a grouped matrix
-//! product in Rust (the `gemm` crate over each group's rows, on the
-//! machine's cores through rayon), called by XLA as a custom call in the
-//! middle of the fused region.
+//! product in Rust (`lazyfuse_xla::kernels`: the `gemm` crate over each
+//! group's rows, on the machine's cores through rayon), called by XLA as a
+//! custom call in the middle of the fused region. This file records the
+//! kernels and gives them their gradients.
 //!
 //! Why: XLA's CPU backend has no fast grouped product. Its own
 //! `ragged_dot` is a slow path, and the static-shape composition
@@ -21,30 +22,9 @@
 use super::Tensor;
 use crate::autograd::custom::{register, GradFn};
 use crate::Result;
-use lazyfuse_ir::{host_kernels, CustomKernel, DType, HostArg, HostFn, HostOut, KernelBody, Op};
-use lazyfuse_ir::{HostElement, Shape};
-use std::sync::{Arc, OnceLock};
-
-/// Which product a kernel computes.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Form {
-    /// `out[rows of g] = lhs[rows of g] @ rhs[g]`.
-    Product,
-    /// `out[rows of g] = lhs[rows of g] @ rhs[g]ᵀ`.
-    Transposed,
-    /// `out[g] = lhs[rows of g]ᵀ @ rhs[rows of g]`.
-    RhsGrad,
-}
-
-impl Form {
-    fn name(self) -> &'static str {
-        match self {
-            Form::Product => "lazyfuse.ragged_dot",
-            Form::Transposed => "lazyfuse.ragged_dot_nt",
-            Form::RhsGrad => "lazyfuse.ragged_dot_rhs_grad",
-        }
-    }
-}
+use lazyfuse_ir::{CustomKernel, DType, HostFn, KernelBody, Op, Shape};
+use lazyfuse_xla::kernels::RaggedForm as Form;
+use std::sync::Arc;
 
 /// The host-kernel `ragged_dot`, or `None` where it does not apply (the
 /// caller then composes it). The operands are already checked.
@@ -85,27 +65,9 @@ fn apply(form: Form, lhs: &Tensor, rhs: &Tensor, sizes: &Tensor) -> Result<Tenso
     )
 }
 
-/// The kernel function of `form`, registered once under its name.
+/// The kernel function of `form`, registered under its name.
 fn host_fn(form: Form) -> Result<HostFn> {
-    static FNS: OnceLock<std::result::Result<[HostFn; 3], String>> = OnceLock::new();
-    let fns = FNS.get_or_init(|| {
-        let fns = [
-            HostFn::new(|a: &[HostArg<'_>], o: &mut HostOut<'_>| run(Form::Product, a, o)),
-            HostFn::new(|a: &[HostArg<'_>], o: &mut HostOut<'_>| run(Form::Transposed, a, o)),
-            HostFn::new(|a: &[HostArg<'_>], o: &mut HostOut<'_>| run(Form::RhsGrad, a, o)),
-        ];
-        for (f, form) in fns
-            .iter()
-            .zip([Form::Product, Form::Transposed, Form::RhsGrad])
-        {
-            host_kernels::register(form.name(), f)?;
-        }
-        Ok(fns)
-    });
-    let fns = fns
-        .as_ref()
-        .map_err(|e| crate::Error::internal(e.clone()))?;
-    Ok(fns[form as usize].clone())
+    lazyfuse_xla::kernels::ragged_dot(form).map_err(crate::Error::internal)
 }
 
 /// The gradient rule of `form`'s kernel (sizes get none).
@@ -131,213 +93,4 @@ fn gradient(form: Form) -> Arc<GradFn> {
         };
         Ok(vec![Some(dl), Some(dr), None])
     })
-}
-
-/// Each group's first row and row count, cut at `rows` (jax's rules).
-fn groups(sizes: &HostArg<'_>, rows: usize) -> std::result::Result<Vec<(usize, usize)>, String> {
-    let raw: Vec<i64> = if let Some(s) = sizes.as_slice::<i64>() {
-        s.to_vec()
-    } else if let Some(s) = sizes.as_slice::<i32>() {
-        s.iter().map(|&v| v as i64).collect()
-    } else {
-        return Err(format!(
-            "group sizes must be i32 or i64, got {}",
-            sizes.dtype
-        ));
-    };
-    let mut start = 0usize;
-    Ok(raw
-        .iter()
-        .map(|&s| {
-            let len = (s.max(0) as usize).min(rows - start);
-            let g = (start, len);
-            start += len;
-            g
-        })
-        .collect())
-}
-
-/// Runs `form` on the call's buffers, by dtype.
-fn run(form: Form, a: &[HostArg<'_>], out: &mut HostOut<'_>) -> std::result::Result<(), String> {
-    match out.dtype {
-        DType::F32 => typed::<f32>(form, a, out),
-        DType::F64 => typed::<f64>(form, a, out),
-        d => Err(format!("{d} is not supported")),
-    }
-}
-
-/// The float types the kernels run on.
-trait Float: HostElement {
-    const ZERO: Self;
-    const ONE: Self;
-}
-
-impl Float for f32 {
-    const ZERO: f32 = 0.0;
-    const ONE: f32 = 1.0;
-}
-
-impl Float for f64 {
-    const ZERO: f64 = 0.0;
-    const ONE: f64 = 1.0;
-}
-
-/// Checks the operand and result shapes of `form` (the kernels index
-/// with them), returning `(rows, inner, cols)` of one group's product.
-fn check(
-    form: Form,
-    ld: &[usize],
-    rd: &[usize],
-    od: &[usize],
-    groups: usize,
-) -> std::result::Result<(), String> {
-    let ok = ld.len() == 2
-        && match form {
-            Form::Product => rd.len() == 3 && rd[1] == ld[1] && od == [ld[0], rd[2]],
-            Form::Transposed => rd.len() == 3 && rd[2] == ld[1] && od == [ld[0], rd[1]],
-            Form::RhsGrad => rd.len() == 2 && rd[0] == ld[0] && od == [groups, ld[1], rd[1]],
-        }
-        && (form == Form::RhsGrad || rd[0] == groups);
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "operands {ld:?}, {rd:?} and result {od:?} do not fit {}",
-            form.name()
-        ))
-    }
-}
-
-fn typed<T: Float>(
-    form: Form,
-    a: &[HostArg<'_>],
-    out: &mut HostOut<'_>,
-) -> std::result::Result<(), String> {
-    let [lhs, rhs, sizes] = a else {
-        return Err(format!("3 operands expected, got {}", a.len()));
-    };
-    let bad = || "operand dtypes differ from the result's".to_string();
-    let (l, r) = (
-        lhs.as_slice::<T>().ok_or_else(bad)?,
-        rhs.as_slice::<T>().ok_or_else(bad)?,
-    );
-    let (ld, rd) = (lhs.dims, rhs.dims);
-    check(form, ld, rd, out.dims, sizes.numel())?;
-    let parts = groups(sizes, ld[0])?;
-    let o = out.as_mut_slice::<T>().ok_or_else(bad)?;
-    // What no group writes is zero: rows past the sizes' sum, or the
-    // matrices of empty groups.
-    match form {
-        Form::Product | Form::Transposed => {
-            let used: usize = parts.iter().map(|p| p.1).sum();
-            let cols = out_cols(form, rd);
-            o[used * cols..].iter_mut().for_each(|v| *v = T::ZERO);
-        }
-        Form::RhsGrad => {
-            let each = ld[1] * rd[1];
-            for (g, p) in parts.iter().enumerate() {
-                if p.1 == 0 {
-                    o[g * each..(g + 1) * each]
-                        .iter_mut()
-                        .for_each(|v| *v = T::ZERO);
-                }
-            }
-        }
-    }
-    let par = gemm::Parallelism::Rayon(0);
-    for (g, &(start, len)) in parts.iter().enumerate() {
-        if len == 0 {
-            continue;
-        }
-        // SAFETY: `check` proved the shapes, and `groups` keeps every
-        // group's rows inside `[0, m)`: each pointer with its strides
-        // addresses elements inside its slice; `o` is written only here.
-        unsafe {
-            match form {
-                Form::Product => {
-                    let (k, n) = (ld[1], rd[2]);
-                    gemm::gemm(
-                        len,
-                        n,
-                        k,
-                        o[start * n..].as_mut_ptr(),
-                        1,
-                        n as isize,
-                        false,
-                        l[start * k..].as_ptr(),
-                        1,
-                        k as isize,
-                        r[g * k * n..].as_ptr(),
-                        1,
-                        n as isize,
-                        T::ZERO,
-                        T::ONE,
-                        false,
-                        false,
-                        false,
-                        par,
-                    )
-                }
-                Form::Transposed => {
-                    // rhs[g] is [q, p]; out rows are [q] long.
-                    let (p, q) = (ld[1], rd[1]);
-                    gemm::gemm(
-                        len,
-                        q,
-                        p,
-                        o[start * q..].as_mut_ptr(),
-                        1,
-                        q as isize,
-                        false,
-                        l[start * p..].as_ptr(),
-                        1,
-                        p as isize,
-                        r[g * q * p..].as_ptr(),
-                        p as isize,
-                        1,
-                        T::ZERO,
-                        T::ONE,
-                        false,
-                        false,
-                        false,
-                        par,
-                    )
-                }
-                Form::RhsGrad => {
-                    // out[g] [k, n] = lhs[rows]ᵀ [k, len] @ rhs[rows] [len, n].
-                    let (k, n) = (ld[1], rd[1]);
-                    gemm::gemm(
-                        k,
-                        n,
-                        len,
-                        o[g * k * n..].as_mut_ptr(),
-                        1,
-                        n as isize,
-                        false,
-                        l[start * k..].as_ptr(),
-                        k as isize,
-                        1,
-                        r[start * n..].as_ptr(),
-                        1,
-                        n as isize,
-                        T::ZERO,
-                        T::ONE,
-                        false,
-                        false,
-                        false,
-                        par,
-                    )
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The length of an output row of the row-wise forms.
-fn out_cols(form: Form, rd: &[usize]) -> usize {
-    match form {
-        Form::Product => rd[2],
-        _ => rd[1],
-    }
 }

@@ -10,7 +10,9 @@
 //! - [`plugin`]: finding and provisioning plugins: the pinned CPU wheel
 //!   from PyPI, the CUDA plugin and NVIDIA's libraries, multi-process setup;
 //! - [`lower`]: one fused region of the IR as a StableHLO module (with
-//!   Shardy shardings for SPMD programs).
+//!   Shardy shardings for SPMD programs);
+//! - [`kernels`]: lazyfuse's own host kernels (grouped matrix products
+//!   in Rust), which the CPU plugin calls where its own code is slow.
 //!
 //! It knows nothing of lazyfuse's tensors, graphs or executor: the core's
 //! PJRT backend (behind its `Backend` seam, cargo feature `xla`) drives it.
@@ -19,6 +21,7 @@
 #![warn(missing_docs)]
 
 pub mod env;
+pub mod kernels;
 pub mod lower;
 pub mod pjrt;
 pub mod plugin;

@@ -12,12 +12,13 @@ mod conv;
 mod elementwise;
 mod emit;
 mod fold;
+mod host;
 mod index;
 mod leading;
 mod ops;
 mod shardy;
 
-pub use ops::{HOST_KERNEL_ATTR, HOST_TARGET};
+pub use host::{HOST_KERNEL_ATTR, HOST_TARGET};
 pub use shardy::{mesh_decl, reshard_module, sharding, ShardSpec, SpmdLowering};
 
 use emit::Emitter;

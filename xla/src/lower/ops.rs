@@ -380,10 +380,10 @@ fn custom(e: &mut Emitter<'_>, node: &Node, k: &lazyfuse_ir::CustomKernel) -> St
     )
 }
 
-/// A host kernel: a typed-FFI custom call to lazyfuse's one registered
-/// handler, [`HOST_TARGET`], which finds the kernel by the name in the
-/// call's attributes (so a cached executable stays valid in a new process
-/// that registers the kernel again).
+/// A host kernel: a call to lazyfuse's one registered handler, which
+/// finds the kernel by the name in the call's attributes (so a cached
+/// executable stays valid in a new process that registers the kernel
+/// again).
 fn host_call(e: &mut Emitter<'_>, node: &Node, k: &lazyfuse_ir::CustomKernel) -> String {
     let args: Vec<(String, String)> = node
         .inputs
@@ -394,22 +394,8 @@ fn host_call(e: &mut Emitter<'_>, node: &Node, k: &lazyfuse_ir::CustomKernel) ->
         })
         .collect();
     let refs: Vec<(&str, String)> = args.iter().map(|(v, t)| (v.as_str(), t.clone())).collect();
-    let name: String = k.name.escape_default().collect();
-    e.op(
-        "stablehlo.custom_call",
-        &refs,
-        &format!(
-            "call_target_name = \"{HOST_TARGET}\", api_version = 4 : i32, has_side_effect = false, backend_config = {{{HOST_KERNEL_ATTR} = \"{name}\"}}"
-        ),
-        &ty(&node.shape, node.dtype),
-    )
+    super::host::call(e, &k.name, &refs, &ty(&node.shape, node.dtype))
 }
-
-/// The custom-call target of every host kernel (see `pjrt::ffi`).
-pub const HOST_TARGET: &str = "lazyfuse_host_kernel";
-
-/// The attribute naming the host kernel a call runs.
-pub const HOST_KERNEL_ATTR: &str = "kernel";
 
 /// `text` with its entry `@main` renamed to `sym`, and every other
 /// function it defines to `sym_<name>` (so two kernels' helpers never

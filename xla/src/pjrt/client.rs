@@ -112,6 +112,7 @@ impl Client {
                 "host kernels run on the CPU plugin, not on {platform}"
             )));
         }
+        crate::kernels::register_builtins().map_err(super::Error::binding)?;
         super::register_host_handler(&self.inner.plugin)
     }
 
