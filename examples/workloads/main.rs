@@ -38,8 +38,10 @@
 mod chart;
 mod defs;
 mod memory;
+mod peers;
 
 use lazyfuse::{metrics, Device, FusionGuard};
+use peers::peers_round;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -141,99 +143,6 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// Runs one invocation of the peers script; returns its records and whether it succeeded.
-fn run_peers_once(
-    python: &str,
-    script: &std::path::Path,
-    device: &str,
-    system: &str,
-    names: &[String],
-    iters: usize,
-    warmup: usize,
-) -> (Vec<Record>, bool) {
-    // The peers run on the same kind of device: JAX on the GPU for
-    // `--device cuda`, on the CPU otherwise (it would pick a GPU if it saw one).
-    let platform = if device == "cuda" { "cuda" } else { "cpu" };
-    let out = std::process::Command::new(python)
-        .env("JAX_PLATFORMS", platform)
-        .arg(script)
-        .args(names)
-        .args([
-            "--systems",
-            system,
-            "--iters",
-            &iters.to_string(),
-            "--warmup",
-            &warmup.to_string(),
-        ])
-        .output();
-    let out = match out {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("cannot run peers with {python}: {e}");
-            return (vec![], false);
-        }
-    };
-    let records = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split('\t').collect();
-            let ms = f.get(2)?.trim_end_matches(" ms").parse().ok()?;
-            Some(Record {
-                workload: f[0].into(),
-                system: f[1].into(),
-                median_ms: ms,
-                compiles_timed: None,
-                step_peak_mb: None,
-            })
-        })
-        .collect();
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let last = err
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("");
-        eprintln!("peer {system} failed on {names:?}: {last}");
-    }
-    (records, out.status.success())
-}
-
-/// Runs the peers, one system at a time; a system that crashes on one
-/// workload is rerun workload by workload so the others still count.
-fn run_peers(
-    python: &str,
-    script: &std::path::Path,
-    device: &str,
-    systems: &str,
-    names: &[String],
-    iters: usize,
-    warmup: usize,
-) -> Vec<Record> {
-    let mut all = Vec::new();
-    for system in systems.split(',').filter(|s| !s.is_empty()) {
-        let (records, ok) = run_peers_once(python, script, device, system, names, iters, warmup);
-        if ok || names.len() == 1 {
-            all.extend(records);
-            continue;
-        }
-        for n in names {
-            let (r, _) = run_peers_once(
-                python,
-                script,
-                device,
-                system,
-                std::slice::from_ref(n),
-                iters,
-                warmup,
-            );
-            all.extend(r);
-        }
-    }
-    all
-}
-
 fn main() {
     let args = match parse_args() {
         Ok(a) => a,
@@ -300,71 +209,6 @@ fn workload_names(args: &Args, all: &[defs::Workload]) -> Vec<String> {
         }
     }
     args.names.clone()
-}
-
-/// One round of the peers (`--peers`), on the workloads they implement,
-/// and of the PyTorch front end (`--torch-frontend`: the same workloads
-/// in plain PyTorch on the lazyfuse device and under `torch.compile`).
-fn peers_round(args: &Args, names: &[String]) -> Vec<Record> {
-    let mut out = other_peers(args, names);
-    if let Some(py) = &args.torch_frontend {
-        let script =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/benches/workloads.py");
-        let systems = args
-            .frontend_systems
-            .as_deref()
-            .unwrap_or("lf_device,lf_device_unfused,lf_compile,inductor");
-        out.extend(run_peers(
-            py,
-            &script,
-            &args.device,
-            systems,
-            names,
-            args.iters,
-            args.warmup,
-        ));
-    }
-    out
-}
-
-/// The peer systems (`--peers`): PyTorch, torch_xla and JAX.
-fn other_peers(args: &Args, names: &[String]) -> Vec<Record> {
-    let Some(py) = &args.peers else {
-        return Vec::new();
-    };
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/peers/workloads.py");
-    // On a GPU only JAX runs on the same device (the torch peers are CPU).
-    let default_peers = if args.device == "cuda" {
-        "jaxjit,jaxeager"
-    } else {
-        "torch,xla,jaxjit,jaxeager"
-    };
-    let systems = args.peer_systems.as_deref().unwrap_or(default_peers);
-    // The shared script defines WORKLOADS.md's base workloads; the ones
-    // added since have their peers in this repository's script.
-    let (repo, shared): (Vec<String>, Vec<String>) = names
-        .iter()
-        .filter(|n| !defs::lazyfuse_only(n))
-        .cloned()
-        .partition(|n| defs::repo_peers(n));
-    let repo_script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/peers/more_workloads.py");
-    let mut records = Vec::new();
-    for (script, names) in [(&script, shared), (&repo_script, repo)] {
-        if !names.is_empty() {
-            records.extend(run_peers(
-                py,
-                script,
-                &args.device,
-                systems,
-                &names,
-                args.iters,
-                args.warmup,
-            ));
-        }
-    }
-    records
 }
 
 /// The table on stdout, and the `--json` and `--chart` files.
