@@ -138,91 +138,75 @@ fn typed<T: Float>(
             }
         }
     }
-    let par = gemm::Parallelism::Rayon(0);
     for (g, &(start, len)) in parts.iter().enumerate() {
         if len == 0 {
             continue;
         }
+        // Each form as one product `[m, k] x [k, n]`: the output's offset
+        // and row length, and each operand's offset and (column, row)
+        // strides.
+        let (m, k, n, out, lhs, rhs) = match form {
+            RaggedForm::Product => {
+                let (k, n) = (ld[1], rd[2]);
+                (
+                    len,
+                    k,
+                    n,
+                    (start * n, n),
+                    (start * k, 1, k),
+                    (g * k * n, 1, n),
+                )
+            }
+            RaggedForm::Transposed => {
+                // rhs[g] is [q, p], read transposed; out rows are [q] long.
+                let (p, q) = (ld[1], rd[1]);
+                (
+                    len,
+                    p,
+                    q,
+                    (start * q, q),
+                    (start * p, 1, p),
+                    (g * q * p, p, 1),
+                )
+            }
+            RaggedForm::RhsGrad => {
+                // out[g] [k, n] = lhs[rows]ᵀ [k, len] @ rhs[rows] [len, n].
+                let (k, n) = (ld[1], rd[1]);
+                (
+                    k,
+                    len,
+                    n,
+                    (g * k * n, n),
+                    (start * k, k, 1),
+                    (start * n, 1, n),
+                )
+            }
+        };
         // SAFETY: `check` proved the shapes, and `groups` keeps every
         // group's rows inside `[0, m)`: each pointer with its strides
         // addresses elements inside its slice; `o` is written only here.
         unsafe {
-            match form {
-                RaggedForm::Product => {
-                    let (k, n) = (ld[1], rd[2]);
-                    gemm::gemm(
-                        len,
-                        n,
-                        k,
-                        o[start * n..].as_mut_ptr(),
-                        1,
-                        n as isize,
-                        false,
-                        l[start * k..].as_ptr(),
-                        1,
-                        k as isize,
-                        r[g * k * n..].as_ptr(),
-                        1,
-                        n as isize,
-                        T::ZERO,
-                        T::ONE,
-                        false,
-                        false,
-                        false,
-                        par,
-                    )
-                }
-                RaggedForm::Transposed => {
-                    // rhs[g] is [q, p]; out rows are [q] long.
-                    let (p, q) = (ld[1], rd[1]);
-                    gemm::gemm(
-                        len,
-                        q,
-                        p,
-                        o[start * q..].as_mut_ptr(),
-                        1,
-                        q as isize,
-                        false,
-                        l[start * p..].as_ptr(),
-                        1,
-                        p as isize,
-                        r[g * q * p..].as_ptr(),
-                        p as isize,
-                        1,
-                        T::ZERO,
-                        T::ONE,
-                        false,
-                        false,
-                        false,
-                        par,
-                    )
-                }
-                RaggedForm::RhsGrad => {
-                    // out[g] [k, n] = lhs[rows]ᵀ [k, len] @ rhs[rows] [len, n].
-                    let (k, n) = (ld[1], rd[1]);
-                    gemm::gemm(
-                        k,
-                        n,
-                        len,
-                        o[g * k * n..].as_mut_ptr(),
-                        1,
-                        n as isize,
-                        false,
-                        l[start * k..].as_ptr(),
-                        k as isize,
-                        1,
-                        r[start * n..].as_ptr(),
-                        1,
-                        n as isize,
-                        T::ZERO,
-                        T::ONE,
-                        false,
-                        false,
-                        false,
-                        par,
-                    )
-                }
-            }
+            gemm::gemm(
+                m,
+                n,
+                k,
+                o[out.0..].as_mut_ptr(),
+                1,
+                out.1 as isize,
+                false,
+                l[lhs.0..].as_ptr(),
+                lhs.1 as isize,
+                lhs.2 as isize,
+                r[rhs.0..].as_ptr(),
+                rhs.1 as isize,
+                rhs.2 as isize,
+                T::ZERO,
+                T::ONE,
+                false,
+                false,
+                false,
+                gemm::Parallelism::Rayon(0),
+            )
         }
     }
     Ok(())

@@ -363,14 +363,7 @@ fn custom(e: &mut Emitter<'_>, node: &Node, k: &lazyfuse_ir::CustomKernel) -> St
     if !e.funcs.iter().any(|(s, _)| *s == sym) {
         e.funcs.push((sym.clone(), renamed(text, &sym)));
     }
-    let args: Vec<(String, String)> = node
-        .inputs
-        .iter()
-        .map(|&i| {
-            let n = e.graph.node(i);
-            (e.value(i), ty(&n.shape, n.dtype))
-        })
-        .collect();
+    let args = operands(e, node);
     let refs: Vec<(&str, String)> = args.iter().map(|(v, t)| (v.as_str(), t.clone())).collect();
     e.op(
         "func.call",
@@ -385,16 +378,20 @@ fn custom(e: &mut Emitter<'_>, node: &Node, k: &lazyfuse_ir::CustomKernel) -> St
 /// executable stays valid in a new process that registers the kernel
 /// again).
 fn host_call(e: &mut Emitter<'_>, node: &Node, k: &lazyfuse_ir::CustomKernel) -> String {
-    let args: Vec<(String, String)> = node
-        .inputs
+    let args = operands(e, node);
+    let refs: Vec<(&str, String)> = args.iter().map(|(v, t)| (v.as_str(), t.clone())).collect();
+    super::host::call(e, &k.name, &refs, &ty(&node.shape, node.dtype))
+}
+
+/// The node's operands: each one's value and type.
+fn operands(e: &mut Emitter<'_>, node: &Node) -> Vec<(String, String)> {
+    node.inputs
         .iter()
         .map(|&i| {
             let n = e.graph.node(i);
             (e.value(i), ty(&n.shape, n.dtype))
         })
-        .collect();
-    let refs: Vec<(&str, String)> = args.iter().map(|(v, t)| (v.as_str(), t.clone())).collect();
-    super::host::call(e, &k.name, &refs, &ty(&node.shape, node.dtype))
+        .collect()
 }
 
 /// `text` with its entry `@main` renamed to `sym`, and every other
