@@ -1,7 +1,8 @@
 //! Running the peers: the Python scripts (`--peers PYTHON`: the shared
 //! peers script for WORKLOADS.md's base workloads, this repository's for
 //! the later ones; `--torch-frontend PYTHON`: the PyTorch front end) and the
-//! Rust peers (`--peer-systems candle`: `peers/rust`, built on first use).
+//! Rust peers (`--peer-systems candle,burn`: `peers/rust`, built on first
+//! use).
 //! Every peer is a process of its own that prints one
 //! `name<TAB>system<TAB>ms ms` line per workload.
 
@@ -9,7 +10,7 @@ use crate::{defs, Args, Record};
 use std::path::PathBuf;
 
 /// The peer systems written in Rust (`peers/rust`), which need no Python.
-const RUST_SYSTEMS: [&str; 1] = ["candle"];
+const RUST_SYSTEMS: [&str; 2] = ["candle", "burn"];
 
 /// A peer's command line before its arguments.
 pub struct Cmd {

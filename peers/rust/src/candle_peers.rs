@@ -2,7 +2,6 @@
 //! versions (same shapes, same math, the same decode loop growing its KV
 //! cache with `cat`).
 
-use crate::Step;
 use candle_core::{DType, Device, Module, Result, Tensor, Var, D};
 use candle_nn::{ops, Linear};
 
@@ -18,8 +17,16 @@ pub const NAMES: [&str; 6] = [
 
 const GELU_C: f64 = 0.7978845608028654;
 
-/// The step of workload `name`, or `None` for one candle cannot express.
-pub fn build(name: &str) -> Result<Option<Step>> {
+/// One iteration, with candle's errors.
+type Step = Box<dyn FnMut() -> Result<()>>;
+
+/// The step of workload `name`, or `None` for one this file lacks.
+pub fn build(name: &str) -> std::result::Result<Option<crate::Step>, String> {
+    let step = steps(name).map_err(|e| e.to_string())?;
+    Ok(step.map(|mut f| -> crate::Step { Box::new(move || f().map_err(|e| e.to_string())) }))
+}
+
+fn steps(name: &str) -> Result<Option<Step>> {
     let dev = Device::Cpu;
     Ok(Some(match name {
         "gelu_chain" => gelu_chain(&dev)?,

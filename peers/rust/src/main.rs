@@ -1,17 +1,20 @@
-//! The base workloads of WORKLOADS.md in candle (CPU, f32), written the
-//! way a candle user writes them, timed like the Python peers: one
+//! The base workloads of WORKLOADS.md in candle and burn (CPU, f32),
+//! written the way their users write them, timed like the Python peers: one
 //! `name<TAB>system<TAB>ms ms` line per workload, the median of the timed
 //! iterations. candle runs eagerly, op by op; its CPU matmuls are the
 //! `gemm` crate's.
 //!
-//! Usage: `rust-peers [workload ...] [--systems candle] [--iters N] [--warmup N]`.
+//! burn runs on its `ndarray` backend (autodiff for training), eagerly too.
+//!
+//! Usage: `rust-peers [workload ...] [--systems candle,burn] [--iters N] [--warmup N]`.
 
+mod burn_peers;
 mod candle_peers;
 
 use std::time::Instant;
 
 /// One workload iteration.
-pub type Step = Box<dyn FnMut() -> candle_core::Result<()>>;
+pub type Step = Box<dyn FnMut() -> Result<(), String>>;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -23,7 +26,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-fn time(step: &mut Step, warmup: usize, iters: usize) -> candle_core::Result<f64> {
+fn time(step: &mut Step, warmup: usize, iters: usize) -> Result<f64, String> {
     for _ in 0..warmup {
         step()?;
     }
@@ -57,12 +60,16 @@ fn main() {
     }
     let mut failed = false;
     for system in systems.split(',') {
-        if system != "candle" {
-            eprintln!("rust-peers: no system {system} (candle)");
-            continue;
-        }
+        let build = match system {
+            "candle" => candle_peers::build,
+            "burn" => burn_peers::build,
+            _ => {
+                eprintln!("rust-peers: no system {system} (candle, burn)");
+                continue;
+            }
+        };
         for name in &names {
-            let result = candle_peers::build(name)
+            let result = build(name)
                 .and_then(|step| step.map(|mut s| time(&mut s, warmup, iters)).transpose());
             match result {
                 Ok(Some(ms)) => println!("{name}\t{system}\t{ms:.3} ms"),
