@@ -69,13 +69,12 @@ pub fn all() -> Vec<Workload> {
 
 /// True for workloads whose peers are this repository's
 /// (`scripts/peers/more_workloads.py`), not the shared peers script.
-#[rustfmt::skip] // the first lines as first written; later workloads added below them
 pub fn repo_peers(name: &str) -> bool {
-    matches!(
-        name,
-        "moe_layer_fwd" | "resnet18_train_step" | "dlrm_train_step"
-    )
-        || matches!(name, "unet_fwd" | "embedding_bag_10m_train_step")
+    name == "moe_layer_fwd"
+        || name == "resnet18_train_step"
+        || name == "dlrm_train_step"
+        || name == "unet_fwd"
+        || name == "embedding_bag_10m_train_step"
 }
 
 /// True for workloads the peers do not define (not in WORKLOADS.md).

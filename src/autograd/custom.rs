@@ -30,6 +30,10 @@ pub(super) fn gradient(
     y: &Tensor,
     g: &Tensor,
 ) -> Result<Vec<Option<Tensor>>> {
+    #[cfg(feature = "xla")]
+    if let Some(grads) = super::ragged::gradient(kernel, x, g) {
+        return grads;
+    }
     let f = rules().read().get(&kernel.symbol()).cloned();
     let Some(f) = f else {
         return Err(Error::op(

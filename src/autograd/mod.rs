@@ -20,6 +20,8 @@
 mod backward;
 mod conv;
 pub(crate) mod custom;
+#[cfg(feature = "xla")]
+mod ragged;
 mod rules;
 mod vjp;
 

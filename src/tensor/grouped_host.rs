@@ -2,7 +2,8 @@
 //! product in Rust (`lazyfuse_xla::kernels`: the `gemm` crate over each
 //! group's rows, on the machine's cores through rayon), called by XLA as a
 //! custom call in the middle of the fused region. This file records the
-//! kernels and gives them their gradients.
+//! kernels; their gradients (the other forms) are autograd's built-in
+//! rules (`autograd/ragged.rs`).
 //!
 //! Why: XLA's CPU backend has no fast grouped product. Its own
 //! `ragged_dot` is a slow path, and the static-shape composition
@@ -20,7 +21,6 @@
 //! devices, meshes, `LAZYFUSE_HOST_KERNELS=0`) use the composition.
 
 use super::Tensor;
-use crate::autograd::custom::{register, GradFn};
 use crate::Result;
 use lazyfuse_ir::{CustomKernel, DType, HostFn, KernelBody, Op, Shape};
 use lazyfuse_xla::kernels::RaggedForm as Form;
@@ -38,12 +38,21 @@ pub(super) fn ragged_dot(lhs: &Tensor, rhs: &Tensor, sizes: &Tensor) -> Result<O
     {
         return Ok(None);
     }
-    apply(Form::Product, lhs, rhs, sizes).map(Some)
+    lhs.ragged_host(Form::Product, rhs, sizes).map(Some)
+}
+
+impl Tensor {
+    /// Records the ragged product `form` of `self` (the lhs), `rhs` and
+    /// `sizes` as its host kernel (shapes as `form` needs them).
+    #[track_caller]
+    pub(crate) fn ragged_host(&self, form: Form, rhs: &Tensor, sizes: &Tensor) -> Result<Tensor> {
+        record(form, self, rhs, sizes)
+    }
 }
 
 /// Records `form` on the operands.
 #[track_caller]
-fn apply(form: Form, lhs: &Tensor, rhs: &Tensor, sizes: &Tensor) -> Result<Tensor> {
+fn record(form: Form, lhs: &Tensor, rhs: &Tensor, sizes: &Tensor) -> Result<Tensor> {
     let (m, g) = (lhs.dims()[0], sizes.dims()[0]);
     let result = match form {
         Form::Product => vec![m, rhs.dims()[2]],
@@ -57,7 +66,6 @@ fn apply(form: Form, lhs: &Tensor, rhs: &Tensor, sizes: &Tensor) -> Result<Tenso
         params: vec![sig(lhs), sig(rhs), sig(sizes)],
         result: (Shape::new(&result), lhs.dtype()),
     });
-    register(&kernel, gradient(form));
     Tensor::apply(
         Op::Custom(kernel),
         &[lhs, rhs, sizes],
@@ -68,29 +76,4 @@ fn apply(form: Form, lhs: &Tensor, rhs: &Tensor, sizes: &Tensor) -> Result<Tenso
 /// The kernel function of `form`, registered under its name.
 fn host_fn(form: Form) -> Result<HostFn> {
     lazyfuse_xla::kernels::ragged_dot(form).map_err(crate::Error::internal)
-}
-
-/// The gradient rule of `form`'s kernel (sizes get none).
-fn gradient(form: Form) -> Arc<GradFn> {
-    Arc::new(move |x: &[Tensor], _y: &Tensor, dy: &Tensor| {
-        let (lhs, rhs, sizes) = (&x[0], &x[1], &x[2]);
-        let (dl, dr) = match form {
-            // y = lhs @ rhs[g]: dlhs = dy @ rhs[g]ᵀ, drhs[g] = lhsᵀ dy.
-            Form::Product => (
-                apply(Form::Transposed, dy, rhs, sizes)?,
-                apply(Form::RhsGrad, lhs, dy, sizes)?,
-            ),
-            // y = lhs @ rhs[g]ᵀ: dlhs = dy @ rhs[g], drhs[g] = dyᵀ lhs.
-            Form::Transposed => (
-                apply(Form::Product, dy, rhs, sizes)?,
-                apply(Form::RhsGrad, dy, lhs, sizes)?,
-            ),
-            // y[g] = lhsᵀ rhs: dlhs = rhs @ dy[g]ᵀ, drhs = lhs @ dy[g].
-            Form::RhsGrad => (
-                apply(Form::Transposed, rhs, dy, sizes)?,
-                apply(Form::Product, lhs, dy, sizes)?,
-            ),
-        };
-        Ok(vec![Some(dl), Some(dr), None])
-    })
 }
