@@ -130,9 +130,7 @@ impl Device {
     /// XLA CPU client, unless `LAZYFUSE_HOST_KERNELS=0`.
     #[cfg(feature = "xla")]
     pub(crate) fn runs_host_kernels(&self) -> bool {
-        crate::config::host_kernels()
-            && !self.is_interpreter()
-            && self.rt.platform_name().eq_ignore_ascii_case("cpu")
+        self.rt.runs_host_kernels()
     }
 
     /// Process-unique id of this device's client.

@@ -201,12 +201,21 @@ pub struct Runtime {
     /// Uploaded scalar packs by (values, dtype, device): a loop reuses its
     /// learning rate's buffer instead of transferring it every step.
     scalars: Mutex<PackCache<Arc<DeviceBuffer>>>,
+    /// Whether ops may lower to lazyfuse's built-in host kernels: an XLA
+    /// CPU client, unless `LAZYFUSE_HOST_KERNELS=0` (asked once here, not
+    /// per recorded op).
+    #[cfg_attr(not(feature = "xla"), allow(dead_code))]
+    host_kernels: bool,
 }
 
 impl Runtime {
     fn new(backend: Box<dyn Backend>, plugin_path: Option<PathBuf>) -> Arc<Runtime> {
         metrics::install_exit_report();
+        let host_kernels = plugin_path.is_some()
+            && crate::config::host_kernels()
+            && backend.platform_name().eq_ignore_ascii_case("cpu");
         Arc::new(Runtime {
+            host_kernels,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             backend,
             plugin_path,
@@ -238,6 +247,12 @@ impl Runtime {
     /// Number of addressable devices of this client.
     pub fn device_count(&self) -> usize {
         self.backend.device_count()
+    }
+
+    /// Whether ops may lower to lazyfuse's built-in host kernels here.
+    #[cfg(feature = "xla")]
+    pub(crate) fn runs_host_kernels(&self) -> bool {
+        self.host_kernels
     }
 
     /// The platform name reported by the backend (`cpu`, `cuda`, `interpreter`, ...).
