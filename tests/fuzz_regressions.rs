@@ -8,7 +8,8 @@ mod fuzz_support;
 use fuzz_support::{Program, Step};
 #[allow(unused_imports)]
 use lazyfuse::ir::{
-    Axes, BinaryOp, CmpOp, DType, HostTensor, Literal, Op, ReduceOp, Shape, UnaryOp,
+    Axes, BinaryOp, CmpOp, ConvSpec, DType, HostTensor, Literal, Op, ReduceOp, Shape, Spatial,
+    UnaryOp,
 };
 use lazyfuse::{FusionGuard, Tensor};
 
@@ -524,6 +525,46 @@ fn a_nan_constant_through_arithmetic_into_exp_stays_nan() {
                 let v = r.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
                 assert!(v.iter().all(|z| z.is_nan()), "{dt:?} fused {fuse}: {v:?}");
             }
+        }
+    }
+}
+
+/// XLA bug on the newer CPU plugins (`jax-cpu`, PJRT 0.115): a convolution
+/// whose padding is negative on one side and positive on the other read
+/// outside its input: zeros convolved came out as 1.27e-8 in bf16. The
+/// lowering now crops negative padding with a `stablehlo.pad` of its own
+/// before the convolution, which then only pads (`xla/src/lower/conv.rs`).
+#[test]
+fn conv_with_negative_padding_crops_its_input() {
+    for dtype in [DType::BF16, DType::F32] {
+        for padding in [[(0, 0), (-1, 2)], [(-1, 1), (0, -2)], [(1, -1), (-2, 0)]] {
+            let spec = ConvSpec {
+                stride: Spatial::from_slice(&[2, 2]),
+                padding: Spatial::from_slice(&padding),
+                lhs_dilation: Spatial::from_slice(&[1, 1]),
+                rhs_dilation: Spatial::from_slice(&[1, 1]),
+                feature_groups: 1,
+                batch_groups: 1,
+            };
+            let program = Program {
+                steps: vec![
+                    Step::Input(HostTensor::from_f64(
+                        &(0..36).map(|i| (i % 5) as f64 - 2.0).collect::<Vec<_>>(),
+                        Shape::new(&[1, 3, 2, 6]),
+                        dtype,
+                    )),
+                    Step::Input(HostTensor::from_f64(
+                        &[0.0, 1.0, 0.0, 0.0, 0.5, 0.0, -1.0, 0.0, 0.0, 2.0, 0.0, 0.0],
+                        Shape::new(&[1, 3, 2, 2]),
+                        dtype,
+                    )),
+                    Step::Apply {
+                        op: Op::Conv(Box::new(spec)),
+                        args: vec![0, 1],
+                    },
+                ],
+            };
+            fuzz_support::check_program(&program, &common::dev()).unwrap();
         }
     }
 }

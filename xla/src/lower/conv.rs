@@ -2,7 +2,7 @@
 //! `convolution` and `reverse`.
 
 use super::emit::{i64_array, ty, Emitter};
-use lazyfuse_ir::{ConvSpec, Literal, Node};
+use lazyfuse_ir::{ConvSpec, Literal, Node, Shape};
 
 /// Operand `k` of `node`: its SSA value and its node.
 fn operand<'g>(e: &Emitter<'g>, node: &Node, k: usize) -> (String, &'g Node) {
@@ -13,16 +13,28 @@ fn operand<'g>(e: &Emitter<'g>, node: &Node, k: usize) -> (String, &'g Node) {
 /// `stablehlo.convolution` in the IR's channels-first layout. A kernel with
 /// no taps or no input channels sums nothing: zeros, without asking XLA
 /// (its CPU emitters divide by those sizes).
+///
+/// Negative padding (a crop) is done first, by a `stablehlo.pad` of its
+/// own (with the input dilation of those axes as interior padding, which
+/// comes before padding in the convolution's definition), so the
+/// convolution itself only ever pads: XLA's CPU convolutions, old and new
+/// plugin alike, computed wrong values when one side of an axis was cropped
+/// and the other padded (`tests/fuzz_regressions.rs::conv_with_negative_padding_crops_its_input`).
 pub(super) fn conv(e: &mut Emitter<'_>, node: &Node, spec: &ConvSpec) -> String {
-    let (x, xn) = operand(e, node, 0);
+    let (mut x, xn) = operand(e, node, 0);
     let (w, wn) = operand(e, node, 1);
     if wn.shape.numel() == 0 {
         return e.constant(Literal::Int(0), &node.shape, node.dtype);
     }
+    let mut x_shape = xn.shape.clone();
+    let mut lhs_dilation = spec.lhs_dilation.clone();
+    let mut padding = spec.padding.clone();
+    if padding.iter().any(|&(lo, hi)| lo < 0 || hi < 0) {
+        (x, x_shape) = crop(e, &x, &xn.shape, xn.dtype, &mut lhs_dilation, &mut padding);
+    }
     let d = spec.spatial_rank();
     let sp = (0..d).map(|i| i.to_string()).collect::<Vec<_>>().join(", ");
-    let pads = spec
-        .padding
+    let pads = padding
         .iter()
         .map(|(lo, hi)| format!("[{lo}, {hi}]"))
         .collect::<Vec<_>>()
@@ -33,16 +45,69 @@ pub(super) fn conv(e: &mut Emitter<'_>, node: &Node, spec: &ConvSpec) -> String 
          rhs_dilation = {}, window_strides = {}",
         spec.batch_groups,
         spec.feature_groups,
-        i64_array(spec.lhs_dilation.iter().copied()),
+        i64_array(lhs_dilation.iter().copied()),
         i64_array(spec.rhs_dilation.iter().copied()),
         i64_array(spec.stride.iter().copied()),
     );
     e.op(
         "stablehlo.convolution",
-        &[(&x, ty(&xn.shape, xn.dtype)), (&w, ty(&wn.shape, wn.dtype))],
+        &[(&x, ty(&x_shape, xn.dtype)), (&w, ty(&wn.shape, wn.dtype))],
         &attrs,
         &ty(&node.shape, node.dtype),
     )
+}
+
+/// The input `x` (channels-first) with the negative padding of `padding`
+/// applied, and on those axes its input dilation too: both move into one
+/// `stablehlo.pad`, and `padding` and `lhs_dilation` are left with what the
+/// convolution still does (non-negative padding, dilation 1 there).
+fn crop(
+    e: &mut Emitter<'_>,
+    x: &str,
+    shape: &Shape,
+    dtype: lazyfuse_ir::DType,
+    lhs_dilation: &mut lazyfuse_ir::Spatial<usize>,
+    padding: &mut lazyfuse_ir::Spatial<(i64, i64)>,
+) -> (String, Shape) {
+    let rank = shape.rank();
+    let (mut low, mut high, mut interior) = (vec![0i64; rank], vec![0i64; rank], vec![0i64; rank]);
+    let mut dims = shape.dims().to_vec();
+    for (i, (pad, dil)) in padding.iter_mut().zip(lhs_dilation.iter_mut()).enumerate() {
+        if pad.0 >= 0 && pad.1 >= 0 {
+            continue;
+        }
+        let a = i + 2;
+        interior[a] = *dil as i64 - 1;
+        low[a] = pad.0.min(0);
+        high[a] = pad.1.min(0);
+        let dilated = if dims[a] == 0 {
+            0
+        } else {
+            (dims[a] as i64 - 1) * *dil as i64 + 1
+        };
+        dims[a] = (dilated + low[a] + high[a]).max(0) as usize;
+        *pad = (pad.0.max(0), pad.1.max(0));
+        *dil = 1;
+    }
+    let out = Shape::new(&dims);
+    let zero = e.constant(Literal::Int(0), &Shape::scalar(), dtype);
+    let signed = |v: Vec<i64>| {
+        let items: Vec<String> = v.iter().map(i64::to_string).collect();
+        format!("array<i64: {}>", items.join(", "))
+    };
+    let attrs = format!(
+        "edge_padding_high = {}, edge_padding_low = {}, interior_padding = {}",
+        signed(high),
+        signed(low),
+        signed(interior)
+    );
+    let v = e.op(
+        "stablehlo.pad",
+        &[(x, ty(shape, dtype)), (&zero, ty(&Shape::scalar(), dtype))],
+        &attrs,
+        &ty(&out, dtype),
+    );
+    (v, out)
 }
 
 /// `stablehlo.reverse` of operand 0 along `axes`.
