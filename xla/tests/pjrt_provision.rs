@@ -53,13 +53,32 @@ fn provisioning_end_to_end() {
     set("LAZYFUSE_PJRT_PLUGIN", ""); // empty = unset
     set("TPU_PJRT_PLUGIN", "");
 
-    // (2) A pre-populated cache is used without any download, in the
-    // documented precedence: LAZYFUSE_CACHE > XDG_CACHE_HOME/lazyfuse > HOME/.cache/lazyfuse.
+    // (1') A name from the catalog instead of a path: an unknown word is an
+    // error listing the names; a known one is installed and checked (3c).
+    set("LAZYFUSE_PJRT_PLUGIN", "no-such-plugin");
+    let e = default_plugin_path().unwrap_err().to_string();
+    assert!(e.contains("xla-cpu, jax-cpu, zml-cpu"), "{e}");
+    set("LAZYFUSE_PJRT_PLUGIN", "");
+
+    // (2) A pre-populated cache is looked up without any download, in the
+    // documented precedence: LAZYFUSE_CACHE > XDG_CACHE_HOME/lazyfuse >
+    // HOME/.cache/lazyfuse. The files here are placeholders, so each lookup
+    // is refused by the SHA-256 check, naming the file it found.
     let fake = |root: PathBuf| {
         let p = root.join("xla-cpu-pjrt-0.0.1").join("xla_cpu_pjrt.so");
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(&p, b"placeholder").unwrap();
         p
+    };
+    let found = |want: &PathBuf| {
+        let e = default_plugin_path().unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("{} has SHA-256", want.display())),
+            "{e}"
+        );
+        assert!(e.contains(&format!("rm {}", want.display())), "{e}");
+        assert!(e.contains("pip download"), "{e}");
+        e
     };
     let home = scratch.path().join("home");
     let in_home = fake(home.join(".cache").join("lazyfuse"));
@@ -69,13 +88,23 @@ fn provisioning_end_to_end() {
     let in_own = fake(own.clone());
     let real_home = std::env::var_os("HOME");
     set("HOME", &home);
-    assert_eq!(default_plugin_path().unwrap(), in_home);
+    eprintln!("--- a changed cached plugin:\n{}", found(&in_home));
     set("XDG_CACHE_HOME", &xdg);
-    assert_eq!(default_plugin_path().unwrap(), in_xdg);
+    found(&in_xdg);
     set("XDG_CACHE_HOME", "relative/ignored");
-    assert_eq!(default_plugin_path().unwrap(), in_home);
+    found(&in_home);
     set("LAZYFUSE_CACHE", &own);
-    assert_eq!(default_plugin_path().unwrap(), in_own);
+    found(&in_own);
+    // A named plugin is looked up and checked in the same cache.
+    let jax = own
+        .join("lammps-jax-pjrt-cpu-0.11.2")
+        .join("pjrt_c_api_cpu_plugin.so");
+    std::fs::create_dir_all(jax.parent().unwrap()).unwrap();
+    std::fs::write(&jax, b"not the pinned build").unwrap();
+    set("LAZYFUSE_PJRT_PLUGIN", "jax-cpu");
+    let e = found(&jax);
+    assert!(e.contains("lammps-jax-pjrt-cpu==0.11.2"), "{e}");
+    set("LAZYFUSE_PJRT_PLUGIN", "");
     match &real_home {
         Some(h) => set("HOME", h),
         None => unset("HOME"),
@@ -142,14 +171,18 @@ fn provisioning_end_to_end() {
         path,
         cache.join("xla-cpu-pjrt-0.0.1").join("xla_cpu_pjrt.so")
     );
-    let size = std::fs::metadata(&path).unwrap().len();
-    assert_eq!(size, std::fs::metadata(&real).unwrap().len());
     let entries: Vec<_> = std::fs::read_dir(path.parent().unwrap())
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
-    assert_eq!(entries, ["xla_cpu_pjrt.so"], "temporary files left behind");
-    // Second call: cached, instant.
+    let mut entries: Vec<_> = entries.iter().map(|e| e.to_string_lossy()).collect();
+    entries.sort();
+    assert_eq!(
+        entries,
+        ["xla_cpu_pjrt.so", "xla_cpu_pjrt.so.sha256"],
+        "temporary files left behind, or no hash stamp"
+    );
+    // Second call: cached, and checked from the stamp, so instant.
     let t = Instant::now();
     assert_eq!(default_plugin_path().unwrap(), path);
     assert!(t.elapsed().as_millis() < 100);

@@ -40,11 +40,12 @@ fn load_checks_version_and_is_idempotent() {
     // so PJRT_Plugin_Initialize ran once.
     let again = Plugin::load(&plugin_path()).unwrap();
     assert!(Arc::ptr_eq(&p, &again));
-    let dotted = plugin_path()
+    let path = plugin_path();
+    let dotted = path
         .parent()
         .unwrap()
         .join(".")
-        .join("xla_cpu_pjrt.so");
+        .join(path.file_name().unwrap());
     assert!(Arc::ptr_eq(&p, &Plugin::load(&dotted).unwrap()));
 }
 

@@ -116,6 +116,9 @@ impl Plugin {
         // Held for the whole load so that concurrent loads of one plugin
         // initialize it exactly once.
         let mut loaded = LOADED.lock().unwrap_or_else(|p| p.into_inner());
+        if loaded.is_empty() {
+            add_strict_fp_xla_flags();
+        }
 
         let api = open_api_table(path)?;
         if let Some(p) = loaded.iter().find(|p| p.api == api) {
@@ -248,6 +251,29 @@ impl Plugin {
 /// Errors unless `path` is an existing regular file: checked before the
 /// dynamic loader sees it, so a missing file or a directory gets its own
 /// message (with the path) rather than the loader's.
+/// Under `LAZYFUSE_STRICT_FP=1`, adds the ISA limit to `XLA_FLAGS` before
+/// the first plugin is loaded: newer CPU plugins read it from there when a
+/// client is made, and ignore it in compile options (see
+/// [`super::options::strict_fp_xla_flags`]). XLA parses `XLA_FLAGS` once
+/// per process, so only the first load can do this; a limit the user put
+/// there already is kept.
+fn add_strict_fp_xla_flags() {
+    let Some(flag) = super::options::strict_fp_xla_flags() else {
+        return;
+    };
+    let mut flags = std::env::var("XLA_FLAGS").unwrap_or_default();
+    if flags.contains("--xla_cpu_max_isa") {
+        return;
+    }
+    if !flags.is_empty() {
+        flags.push(' ');
+    }
+    flags.push_str(flag);
+    // Set while holding the load lock, before any plugin code has run in
+    // this process (no plugin thread can be reading the environment).
+    std::env::set_var("XLA_FLAGS", flags);
+}
+
 fn check_regular_file(path: &Path) -> Result<()> {
     let shown = path.display();
     match std::fs::metadata(path) {

@@ -79,6 +79,7 @@ impl Client {
         compile: &[CompileOverride],
         kv: Option<Arc<dyn super::KeyValueStore>>,
     ) -> Result<Client> {
+        let api = plugin.api_version();
         let mut client = Client {
             inner: ClientInner::create(plugin, options, kv)?,
             compile_options: Vec::new(),
@@ -91,8 +92,8 @@ impl Client {
             extra
         };
         client.compile_options =
-            compile_options_bytes_with(&with_caller(platform_overrides(&platform, false)));
-        client.spmd_extra = with_caller(platform_overrides(&platform, true));
+            compile_options_bytes_with(&with_caller(platform_overrides(&platform, api, false)));
+        client.spmd_extra = with_caller(platform_overrides(&platform, api, true));
         Ok(client)
     }
 

@@ -62,6 +62,19 @@
 //!   may otherwise contract `a*b + c` into one fused multiply-add (one
 //!   rounding instead of two; docs/semantics.md). AVX has no FMA, so
 //!   fused results then equal unfused ones bit for bit, at some speed.
+//!   Newer CPU plugins (PJRT API 0.100 and later) take the ISA from the
+//!   process's `XLA_FLAGS` when the client is made, not from a compile's
+//!   options, so there the flag also goes into `XLA_FLAGS`
+//!   ([`strict_fp_xla_flags`]).
+//! - On those newer CPU plugins, `xla_cpu_experimental_ynn_fusion_type =
+//!   "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"`: their XLA hands dots, reductions and elementwise
+//!   chains to YNNPACK by default, and YNNPACK's max/min reductions drop a
+//!   NaN that is followed by a number (x86 `maxps` returns its second
+//!   operand on NaN; `xla_cpu_enable_fast_min_max` does not reach them).
+//!   Each dot alone stays in YNNPACK, where it is fast and where IEEE
+//!   arithmetic cannot tell the difference; reductions and elementwise
+//!   code are XLA's own again
+//!   (`tests/semantics/ieee.rs::max_and_min_reductions_propagate_nan_at_every_position`).
 
 use prost::Message;
 use std::collections::BTreeMap;
@@ -183,12 +196,23 @@ pub(crate) fn compile_options() -> CompileOptionsProto {
 /// XLA's passes lazyfuse turns off on every platform (see the module doc).
 const DISABLED_PASSES: &str = "algsimp,constant_folding";
 
+/// The first PJRT C API version whose CPU plugins have YNNPACK fusions
+/// and read the ISA limit from `XLA_FLAGS` only (the plugins lazyfuse has
+/// seen: 0.81 without, 0.106 and 0.115 with).
+pub const NEWER_CPU_API: (i32, i32) = (0, 100);
+
 /// The debug options lazyfuse adds for a client of `platform` (its
-/// `PJRT_Client_PlatformName`) to its single-device compiles, or to its
-/// SPMD compiles (`spmd`): on `cpu`, copy insertion uses region analysis,
-/// and XLA's tree reduction rewriter is also off for single-device
-/// programs only (see the module doc). A client's own additions go on top.
-pub(crate) fn platform_overrides(platform: &str, spmd: bool) -> Vec<CompileOverride> {
+/// `PJRT_Client_PlatformName`) on a plugin of PJRT C API version `api` to
+/// its single-device compiles, or to its SPMD compiles (`spmd`): on `cpu`,
+/// copy insertion uses region analysis, YNNPACK keeps only single dots on
+/// the newer plugins, and XLA's tree reduction rewriter is also off for
+/// single-device programs only (see the module doc). A client's own
+/// additions go on top.
+pub(crate) fn platform_overrides(
+    platform: &str,
+    api: (i32, i32),
+    spmd: bool,
+) -> Vec<CompileOverride> {
     if !platform.eq_ignore_ascii_case("cpu") {
         return Vec::new();
     }
@@ -196,6 +220,12 @@ pub(crate) fn platform_overrides(platform: &str, spmd: bool) -> Vec<CompileOverr
         "xla_cpu_copy_insertion_use_region_analysis".into(),
         true,
     )];
+    if api >= NEWER_CPU_API {
+        o.push(CompileOverride::Str(
+            "xla_cpu_experimental_ynn_fusion_type".into(),
+            "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT".into(),
+        ));
+    }
     if !spmd {
         o.push(CompileOverride::Str(
             "xla_disable_hlo_passes".into(),
@@ -229,6 +259,13 @@ fn overrides(strict_fp: bool) -> BTreeMap<String, OptionOverrideProto> {
         );
     }
     m
+}
+
+/// The `XLA_FLAGS` entry that keeps a newer CPU plugin from contracting
+/// `a*b + c` under `LAZYFUSE_STRICT_FP=1` (see the module doc), or `None`
+/// when strict floating point is off.
+pub fn strict_fp_xla_flags() -> Option<&'static str> {
+    crate::env::strict_fp().then_some("--xla_cpu_max_isa=AVX")
 }
 
 /// The exact serialized `CompileOptionsProto` that [`super::Client::compile`]
@@ -290,6 +327,9 @@ fn with_overrides(mut o: CompileOptionsProto, extra: &[CompileOverride]) -> Comp
 mod tests {
     use super::*;
 
+    /// The official plugin's API version.
+    const OLD: (i32, i32) = (0, 81);
+
     #[test]
     fn compile_options_encode_to_known_bytes() {
         let build = CompileOptionsProto {
@@ -326,7 +366,7 @@ mod tests {
 
     #[test]
     fn the_cpu_platform_also_disables_the_tree_reduction_rewriter() {
-        let cpu = compile_options_bytes_with(&platform_overrides("cpu", false));
+        let cpu = compile_options_bytes_with(&platform_overrides("cpu", OLD, false));
         let o = CompileOptionsProto::decode(cpu.as_slice()).unwrap();
         let passes = &o.env_option_overrides["xla_disable_hlo_passes"];
         assert_eq!(
@@ -335,33 +375,57 @@ mod tests {
                 "algsimp,constant_folding,tree_reduction_rewriter".into()
             ))
         );
-        assert!(platform_overrides("cuda", false).is_empty());
+        assert!(platform_overrides("cuda", OLD, false).is_empty());
         assert_eq!(
-            compile_options_bytes_with(&platform_overrides("cuda", false)),
+            compile_options_bytes_with(&platform_overrides("cuda", OLD, false)),
             compile_options_bytes()
         );
         // SPMD programs keep it, on every platform (their sums are not staged).
-        let spmd = platform_overrides("cpu", true);
+        let spmd = platform_overrides("cpu", OLD, true);
         assert!(!spmd
             .iter()
             .any(|o| matches!(o, CompileOverride::Str(n, _) if n == "xla_disable_hlo_passes")));
-        assert!(platform_overrides("cuda", true).is_empty());
+        assert!(platform_overrides("cuda", OLD, true).is_empty());
     }
 
     #[test]
     fn cpu_copy_insertion_uses_region_analysis() {
         for spmd in [false, true] {
-            let cpu = compile_options_bytes_with(&platform_overrides("cpu", spmd));
+            let cpu = compile_options_bytes_with(&platform_overrides("cpu", OLD, spmd));
             let o = CompileOptionsProto::decode(cpu.as_slice()).unwrap();
             assert_eq!(
                 o.env_option_overrides["xla_cpu_copy_insertion_use_region_analysis"].value,
                 Some(OptionValue::Bool(true))
             );
         }
-        let cuda = compile_options_bytes_with(&platform_overrides("cuda", false));
+        let cuda = compile_options_bytes_with(&platform_overrides("cuda", OLD, false));
         let o = CompileOptionsProto::decode(cuda.as_slice()).unwrap();
         assert!(!o
             .env_option_overrides
             .contains_key("xla_cpu_copy_insertion_use_region_analysis"));
+    }
+
+    #[test]
+    fn newer_cpu_plugins_keep_only_single_dots_in_ynnpack() {
+        let ynn = |platform: &str, api, spmd| {
+            let bytes = compile_options_bytes_with(&platform_overrides(platform, api, spmd));
+            CompileOptionsProto::decode(bytes.as_slice())
+                .unwrap()
+                .env_option_overrides
+                .get("xla_cpu_experimental_ynn_fusion_type")
+                .map(|o| o.value.clone())
+        };
+        for spmd in [false, true] {
+            assert_eq!(ynn("cpu", OLD, spmd), None, "0.81 has no such option");
+            for api in [NEWER_CPU_API, (0, 115)] {
+                assert_eq!(
+                    ynn("cpu", api, spmd),
+                    Some(Some(OptionValue::String(
+                        "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT".into()
+                    )))
+                );
+            }
+            assert_eq!(ynn("cuda", (0, 115), spmd), None);
+        }
     }
 }
