@@ -537,11 +537,12 @@ fn a_nan_constant_through_arithmetic_into_exp_stays_nan() {
 #[test]
 fn conv_with_negative_padding_crops_its_input() {
     for dtype in [DType::BF16, DType::F32] {
-        for padding in [[(0, 0), (-1, 2)], [(-1, 1), (0, -2)], [(1, -1), (-2, 0)]] {
+        let paddings = [[(0, 0), (-1, 2)], [(-1, 1), (0, -2)], [(1, -1), (-2, 0)]];
+        for (padding, dilation) in paddings.into_iter().flat_map(|p| [(p, 1), (p, 2)]) {
             let spec = ConvSpec {
                 stride: Spatial::from_slice(&[2, 2]),
                 padding: Spatial::from_slice(&padding),
-                lhs_dilation: Spatial::from_slice(&[1, 1]),
+                lhs_dilation: Spatial::from_slice(&[dilation, 1]),
                 rhs_dilation: Spatial::from_slice(&[1, 1]),
                 feature_groups: 1,
                 batch_groups: 1,
@@ -567,4 +568,248 @@ fn conv_with_negative_padding_crops_its_input() {
             fuzz_support::check_program(&program, &common::dev()).unwrap();
         }
     }
+}
+
+/// The crop above on an empty axis: padding `(2, -1)` of nothing is one
+/// zero, the crop eating into the other side's padding.
+#[test]
+fn conv_crop_of_an_empty_axis_eats_into_the_padding() {
+    let program = Program {
+        steps: vec![
+            Step::Full {
+                value: 1.0,
+                dims: vec![1, 3, 0],
+                dtype: DType::BF16,
+            },
+            Step::Input(HostTensor::from_f64(
+                &[0.5, 1.0, -2.0],
+                Shape::new(&[3, 1, 1]),
+                DType::BF16,
+            )),
+            Step::Apply {
+                op: Op::Conv(Box::new(ConvSpec {
+                    stride: Spatial::from_slice(&[1]),
+                    padding: Spatial::from_slice(&[(2, -1)]),
+                    lhs_dilation: Spatial::from_slice(&[1]),
+                    rhs_dilation: Spatial::from_slice(&[1]),
+                    feature_groups: 3,
+                    batch_groups: 1,
+                })),
+                args: vec![0, 1],
+            },
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+}
+
+/// Oracle gap found on the newer CPU plugin: its XLA fuses `x * 1e30` into
+/// a mean's loop and contracts the product with the accumulation, so the
+/// mean a later region recomputes is one rounding away from the mean the
+/// runtime returned (3.4574770786581486e28 against 3.4574768425398244e28).
+/// That is the documented multiply-add freedom; consumers of a sum or mean
+/// of a product now see it as its envelope (`tests/fuzz_support/oracle.rs`,
+/// `may_contract`).
+#[test]
+fn a_recomputed_mean_of_a_product_may_be_contracted() {
+    let program = Program {
+        steps: vec![
+            Step::Input(HostTensor::from_f64(
+                &[
+                    -0.3674682080745697,
+                    0.4533548951148987,
+                    0.43661776185035706,
+                    0.04016901180148125,
+                ],
+                Shape::new(&[2, 2]),
+                DType::F32,
+            )), // v0
+            Step::Scalar {
+                op: Op::Binary(BinaryOp::Mul),
+                arg: 0,
+                value: 1e30,
+            }, // v1
+            Step::Scalar {
+                op: Op::Binary(BinaryOp::Minimum),
+                arg: 1,
+                value: 0.001,
+            }, // v2
+            Step::Apply {
+                op: Op::Reduce {
+                    op: ReduceOp::Mean,
+                    axes: Axes::from_slice(&[1]),
+                    keepdim: false,
+                },
+                args: vec![1],
+            }, // v3
+            Step::Input(HostTensor::from_i64(&[1], Shape::new(&[1, 1]), DType::Bool)), // v4
+            Step::Apply {
+                op: Op::Select,
+                args: vec![4, 3, 3],
+            }, // v5
+            Step::Apply {
+                op: Op::Convert(DType::F16),
+                args: vec![4],
+            }, // v6
+            Step::Scalar {
+                op: Op::Binary(BinaryOp::Maximum),
+                arg: 6,
+                value: 0.5,
+            }, // v7
+            Step::Read(2),
+            Step::Input(HostTensor::from_i64(&[0], Shape::new(&[]), DType::Bool)), // v8
+            Step::Apply {
+                op: Op::Select,
+                args: vec![8, 7, 7],
+            }, // v9
+            Step::Apply {
+                op: Op::MatMul,
+                args: vec![5, 1],
+            }, // v10
+            Step::Drop(4),
+            Step::Input(HostTensor::from_f64(&[], Shape::new(&[1, 0]), DType::F32)), // v11
+            Step::Apply {
+                op: Op::Binary(BinaryOp::Pow),
+                args: vec![6, 6],
+            }, // v12
+            Step::Input(HostTensor::from_f64(
+                &[
+                    -0.43375691771507263,
+                    0.33552002906799316,
+                    0.22145777940750122,
+                    -0.29905572533607483,
+                    -0.21277160942554474,
+                    -0.47688308358192444,
+                    0.4307294189929962,
+                    0.40512797236442566,
+                    0.49495285749435425,
+                    -0.07922022044658661,
+                    -0.09168210625648499,
+                    -0.008878592401742935,
+                    -0.02587437629699707,
+                    -0.3957307040691376,
+                    -0.25298377871513367,
+                ],
+                Shape::new(&[3, 5]),
+                DType::F32,
+            )), // v13
+            Step::Arange {
+                start: 0.5,
+                step: 3.0,
+                len: 3,
+                dtype: DType::F16,
+            }, // v14
+            Step::Input(HostTensor::from_f64(
+                &[
+                    0.07868283241987228,
+                    -2.066236972808838,
+                    -2.688981533050537,
+                    -0.5398852229118347,
+                    -0.3408869504928589,
+                    -0.5232072472572327,
+                    -1.4687180519104004,
+                    1.0486568212509155,
+                    -0.4252387583255768,
+                    -1.0482133626937866,
+                    -0.30780041217803955,
+                    2.1588504314422607,
+                    -1.3423601388931274,
+                    0.8294165134429932,
+                    -1.1582032442092896,
+                    0.3819635808467865,
+                    -0.7453757524490356,
+                    1.8099206686019897,
+                    0.13178129494190216,
+                    2.336784839630127,
+                    -2.089451789855957,
+                    -0.1361660361289978,
+                    -2.853424310684204,
+                    -1.5378363132476807,
+                    -1.037994623184204,
+                    2.269144058227539,
+                    2.781877040863037,
+                    0.8971790075302124,
+                    0.12750321626663208,
+                    -1.6503188610076904,
+                    0.8926755785942078,
+                    0.22828006744384766,
+                    2.8565468788146973,
+                    -1.4660838842391968,
+                    -0.31187382340431213,
+                    0.1199052482843399,
+                ],
+                Shape::new(&[3, 3, 2, 2]),
+                DType::F32,
+            )), // v15
+            Step::Apply {
+                op: Op::Binary(BinaryOp::Minimum),
+                args: vec![15, 2],
+            }, // v16
+            Step::Apply {
+                op: Op::Convert(DType::BF16),
+                args: vec![8],
+            }, // v17
+            Step::Scalar {
+                op: Op::Binary(BinaryOp::Sub),
+                arg: 17,
+                value: 0.0,
+            }, // v18
+            Step::Apply {
+                op: Op::Slice {
+                    axis: 1,
+                    start: 2,
+                    len: 0,
+                },
+                args: vec![5],
+            }, // v19
+            Step::Apply {
+                op: Op::Unary(UnaryOp::Erf),
+                args: vec![6],
+            }, // v20
+        ],
+    };
+    fuzz_support::check_program(&program, &common::dev()).unwrap();
+}
+
+/// XLA bug on the newer CPU plugin (`jax-cpu`): `log` of a negative
+/// subnormal was NaN in the loop of a `[2, 3, 3]` tensor (element 16), where
+/// flush to zero reads it as -0 and the answer is -inf (a `[18]` tensor was
+/// right). `log` now flushes its operand first, as `pow` does
+/// (`xla/src/lower/elementwise.rs`). Found by `fuzz_ops`
+/// (`FUZZ_SEED=20261208`, 1,500 cases).
+#[test]
+fn log_of_a_negative_subnormal_in_a_loop_tail_is_minus_infinity() {
+    let mut failures = Vec::new();
+    for (op, v) in [
+        (UnaryOp::Log, -9.99994610111476e-41),
+        (UnaryOp::Log, 9.99994610111476e-41),
+        (UnaryOp::Sqrt, -9.99994610111476e-41),
+        (UnaryOp::Rsqrt, -9.99994610111476e-41),
+        (UnaryOp::Rsqrt, 9.99994610111476e-41),
+    ] {
+        for (dims, fill) in [
+            (&[2usize, 3, 3][..], 0.0),
+            (&[18], 0.0),
+            (&[2, 3, 3], 0.5),
+            (&[18], 0.5),
+        ] {
+            let n: usize = dims.iter().product();
+            let mut x = vec![fill; n];
+            x[16] = v;
+            let program = Program {
+                steps: vec![
+                    Step::Input(HostTensor::from_f64(&x, Shape::new(dims), DType::F32)), // v0
+                    Step::Apply {
+                        op: Op::Unary(op),
+                        args: vec![0],
+                    }, // v1
+                ],
+            };
+            if let Err(e) = fuzz_support::check_program(&program, &common::dev()) {
+                failures.push(format!(
+                    "{op:?} of {v:e} at 16 of {dims:?} filled with {fill}: {e}"
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

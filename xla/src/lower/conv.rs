@@ -14,10 +14,10 @@ fn operand<'g>(e: &Emitter<'g>, node: &Node, k: usize) -> (String, &'g Node) {
 /// no taps or no input channels sums nothing: zeros, without asking XLA
 /// (its CPU emitters divide by those sizes).
 ///
-/// Negative padding (a crop) is done first, by a `stablehlo.pad` of its
-/// own (with the input dilation of those axes as interior padding, which
-/// comes before padding in the convolution's definition), so the
-/// convolution itself only ever pads: XLA's CPU convolutions, old and new
+/// The padding of an axis with a negative side (a crop) is done first, by
+/// a `stablehlo.pad` of its own (with the input dilation of that axis as
+/// interior padding, which comes before padding in the convolution's
+/// definition), so the convolution itself never crops: XLA's CPU convolutions, old and new
 /// plugin alike, computed wrong values when one side of an axis was cropped
 /// and the other padded (`tests/fuzz_regressions.rs::conv_with_negative_padding_crops_its_input`).
 pub(super) fn conv(e: &mut Emitter<'_>, node: &Node, spec: &ConvSpec) -> String {
@@ -57,10 +57,12 @@ pub(super) fn conv(e: &mut Emitter<'_>, node: &Node, spec: &ConvSpec) -> String 
     )
 }
 
-/// The input `x` (channels-first) with the negative padding of `padding`
-/// applied, and on those axes its input dilation too: both move into one
-/// `stablehlo.pad`, and `padding` and `lhs_dilation` are left with what the
-/// convolution still does (non-negative padding, dilation 1 there).
+/// The input `x` (channels-first) padded as the convolution would pad it
+/// on every axis with a negative padding, with the input dilation of those
+/// axes as interior padding: one `stablehlo.pad` (whose edges may be
+/// negative and may crop into the other side's padding, as on an empty
+/// axis), after which `padding` and `lhs_dilation` are left with what the
+/// convolution still does there: nothing (padding 0, dilation 1).
 fn crop(
     e: &mut Emitter<'_>,
     x: &str,
@@ -78,15 +80,14 @@ fn crop(
         }
         let a = i + 2;
         interior[a] = *dil as i64 - 1;
-        low[a] = pad.0.min(0);
-        high[a] = pad.1.min(0);
+        (low[a], high[a]) = *pad;
         let dilated = if dims[a] == 0 {
             0
         } else {
             (dims[a] as i64 - 1) * *dil as i64 + 1
         };
         dims[a] = (dilated + low[a] + high[a]).max(0) as usize;
-        *pad = (pad.0.max(0), pad.1.max(0));
+        *pad = (0, 0);
         *dil = 1;
     }
     let out = Shape::new(&dims);
