@@ -409,3 +409,26 @@ fn widened_bf16_subnormals_compare_as_zero_fused_and_unfused() {
     assert_eq!(widened[0].to_bits(), 0, "a subnormal widens to +0");
     assert_eq!(widened[1].to_bits(), 0x8000_0000, "and keeps its sign");
 }
+
+/// `log` of -0 and of a negative subnormal input (read as -0) is -inf at
+/// every position of a long vector, in vectorised loops and their tails.
+#[test]
+fn log_of_negative_zero_and_subnormal_inputs_is_minus_infinity() {
+    for n in [16usize, 17, 33, 40] {
+        for (k, v) in [(0usize, -0.0f32), (n - 1, -1e-40), (n / 2, -0.0)] {
+            let mut x = vec![1.0f32; n];
+            x[k] = v;
+            let want: Vec<f32> = x
+                .iter()
+                .map(|&v| {
+                    if v == 0.0 || v.abs() < f32::MIN_POSITIVE {
+                        f32::NEG_INFINITY
+                    } else {
+                        v.ln()
+                    }
+                })
+                .collect();
+            agree(&[&x], &want, |t| t[0].log());
+        }
+    }
+}
