@@ -5,7 +5,9 @@
 //! device equals the exact-shape run, and poisoned padding (NaN, ±Inf)
 //! gives bit-identical results to zero padding.
 //!
-//! `FUZZ_DYNAMIC_CASES` (default 6) programs from `FUZZ_SEED` (default 1).
+//! `FUZZ_DYNAMIC_CASES` (default 6) programs from `FUZZ_SEED` (default 1),
+//! starting at case `FUZZ_DYNAMIC_FIRST` (default 0; a failure names its
+//! case, so it can be rerun alone).
 
 mod common;
 use common::{device_of, env_u64, Backend};
@@ -155,10 +157,11 @@ fn close(a: f32, b: f32) -> bool {
 #[test]
 fn padded_programs_equal_exact_shapes_at_every_bucket_edge() {
     let cases = env_u64("FUZZ_DYNAMIC_CASES").unwrap_or(6);
+    let first = env_u64("FUZZ_DYNAMIC_FIRST").unwrap_or(0);
     let seed = env_u64("FUZZ_SEED").unwrap_or(1);
     let xla = device_of(Backend::Xla);
     let interp = device_of(Backend::Interp);
-    for case in 0..cases {
+    for case in first..first + cases {
         let steps = program(seed.wrapping_mul(1000) + case);
         for &l in &EDGES {
             let data = host(l * WIDTH, case * 100 + l as u64);
@@ -169,7 +172,7 @@ fn padded_programs_equal_exact_shapes_at_every_bucket_edge() {
                     None => x,
                 }
             };
-            let what = format!("program {steps:?} at length {l}");
+            let what = format!("case {case}: program {steps:?} at length {l}");
             // Exact shapes: nothing becomes dynamic by itself either.
             lazyfuse::set_auto_dynamic(false);
             let exact = run(&steps, input(&xla, None), 0, &xla);
