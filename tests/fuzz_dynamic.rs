@@ -2,8 +2,9 @@
 //! with one dynamic axis, replayed at logical lengths across the bucket
 //! edges (1, 15, 16, 17, 31, 32, 33). At every length, the padded run
 //! (capacity 64, `mark_dynamic`) fused, unfused and on the interpreter
-//! device equals the exact-shape run, and poisoned padding (NaN, ±Inf)
-//! gives bit-identical results to zero padding.
+//! device equals the exact-shape run (within what separates XLA's and the
+//! interpreter's exact-shape runs), and poisoned padding (NaN, ±Inf) gives
+//! bit-identical results to zero padding.
 //!
 //! `FUZZ_DYNAMIC_CASES` (default 6) programs from `FUZZ_SEED` (default 1),
 //! starting at case `FUZZ_DYNAMIC_FIRST` (default 0; a failure names its
@@ -150,8 +151,19 @@ fn run(steps: &[Step], mut x: Tensor, mut axis: usize, d: &Device) -> Result<Vec
     Ok(out)
 }
 
-fn close(a: f32, b: f32) -> bool {
-    a == b || (a.is_nan() && b.is_nan()) || (a - b).abs() <= 1e-4 * (1.0 + a.abs().max(b.abs()))
+/// Equal within 1e-4 relative, plus 4x `slack`: how far two correct
+/// evaluations of the exact-shape program apart (XLA's and the
+/// interpreter's) already are. Padded and exact runs sum in different
+/// orders, and an ill-conditioned program amplifies that: `x - sum(x)`,
+/// squared, centred, then a product cancelled values of ~1e3 down to
+/// 0.0036, which XLA's exact run gave as 0.00361, its padded run as
+/// 0.00325 and the interpreter (exact and padded alike) as 0.00312, on
+/// both CPU plugins (case 223 of `FUZZ_SEED=20261207`). Padding that leaks
+/// into a result is caught by the bit-exact poisoned-padding check.
+fn close(a: f32, b: f32, slack: f32) -> bool {
+    a == b
+        || (a.is_nan() && b.is_nan())
+        || (a - b).abs() <= 1e-4 * (1.0 + a.abs().max(b.abs())) + 4.0 * slack
 }
 
 #[test]
@@ -176,8 +188,9 @@ fn padded_programs_equal_exact_shapes_at_every_bucket_edge() {
             // Exact shapes: nothing becomes dynamic by itself either.
             lazyfuse::set_auto_dynamic(false);
             let exact = run(&steps, input(&xla, None), 0, &xla);
+            let interp_exact = run(&steps, input(&interp, None), 0, &interp);
             lazyfuse::set_auto_dynamic(true);
-            let exact = exact.unwrap();
+            let (exact, interp_exact) = (exact.unwrap(), interp_exact.unwrap());
             let padded = run(&steps, input(&xla, Some(64)), 0, &xla).unwrap();
             let unfused = {
                 let _f = FusionGuard::new(false);
@@ -197,9 +210,15 @@ fn padded_programs_equal_exact_shapes_at_every_bucket_edge() {
                 for (k, (g, e)) in got.iter().zip(&exact).enumerate() {
                     assert_eq!(g.len(), e.len(), "{what}: {name} readout {k} length");
                     for (i, (a, b)) in g.iter().zip(e).enumerate() {
+                        let other = interp_exact[k][i];
+                        let slack = if (other - b).is_nan() {
+                            0.0
+                        } else {
+                            (other - b).abs()
+                        };
                         assert!(
-                            close(*a, *b),
-                            "{what}: {name} readout {k}[{i}]: {a} vs exact {b}"
+                            close(*a, *b, slack),
+                            "{what}: {name} readout {k}[{i}]: {a} vs exact {b} (interpreter, exact shape: {other})"
                         );
                     }
                 }
