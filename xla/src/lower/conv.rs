@@ -17,9 +17,10 @@ fn operand<'g>(e: &Emitter<'g>, node: &Node, k: usize) -> (String, &'g Node) {
 /// The padding of an axis with a negative side (a crop) is done first, by
 /// a `stablehlo.pad` of its own (with the input dilation of that axis as
 /// interior padding, which comes before padding in the convolution's
-/// definition), so the convolution itself never crops: XLA's CPU convolutions, old and new
-/// plugin alike, computed wrong values when one side of an axis was cropped
-/// and the other padded (`tests/fuzz_regressions.rs::conv_with_negative_padding_crops_its_input`).
+/// definition), so the convolution itself never crops: XLA's CPU
+/// convolutions, old and new plugin alike, computed wrong values when one
+/// side of an axis was cropped and the other padded
+/// (`tests/fuzz_regressions.rs::conv_with_negative_padding_crops_its_input`).
 pub(super) fn conv(e: &mut Emitter<'_>, node: &Node, spec: &ConvSpec) -> String {
     let (mut x, xn) = operand(e, node, 0);
     let (w, wn) = operand(e, node, 1);
@@ -92,15 +93,11 @@ fn crop(
     }
     let out = Shape::new(&dims);
     let zero = e.constant(Literal::Int(0), &Shape::scalar(), dtype);
-    let signed = |v: Vec<i64>| {
-        let items: Vec<String> = v.iter().map(i64::to_string).collect();
-        format!("array<i64: {}>", items.join(", "))
-    };
     let attrs = format!(
         "edge_padding_high = {}, edge_padding_low = {}, interior_padding = {}",
-        signed(high),
-        signed(low),
-        signed(interior)
+        i64_array(high),
+        i64_array(low),
+        i64_array(interior)
     );
     let v = e.op(
         "stablehlo.pad",

@@ -16,7 +16,7 @@ pub fn ty(shape: &Shape, dtype: DType) -> String {
 }
 
 /// `array<i64: ...>` attribute body.
-pub fn i64_array(v: impl IntoIterator<Item = usize>) -> String {
+pub fn i64_array<T: std::fmt::Display>(v: impl IntoIterator<Item = T>) -> String {
     let items: Vec<String> = v.into_iter().map(|x| x.to_string()).collect();
     if items.is_empty() {
         "array<i64>".to_string()

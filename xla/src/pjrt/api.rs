@@ -248,9 +248,6 @@ impl Plugin {
     }
 }
 
-/// Errors unless `path` is an existing regular file: checked before the
-/// dynamic loader sees it, so a missing file or a directory gets its own
-/// message (with the path) rather than the loader's.
 /// Under `LAZYFUSE_STRICT_FP=1`, adds the ISA limit to `XLA_FLAGS` before
 /// the first plugin is loaded: newer CPU plugins read it from there when a
 /// client is made, and ignore it in compile options (see
@@ -274,6 +271,9 @@ fn add_strict_fp_xla_flags() {
     std::env::set_var("XLA_FLAGS", flags);
 }
 
+/// Errors unless `path` is an existing regular file: checked before the
+/// dynamic loader sees it, so a missing file or a directory gets its own
+/// message (with the path) rather than the loader's.
 fn check_regular_file(path: &Path) -> Result<()> {
     let shown = path.display();
     match std::fs::metadata(path) {

@@ -67,8 +67,8 @@
 //!   options, so there the flag also goes into `XLA_FLAGS`
 //!   ([`strict_fp_xla_flags`]).
 //! - On those newer CPU plugins, `xla_cpu_experimental_ynn_fusion_type =
-//!   "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"`: their XLA hands dots, reductions and elementwise
-//!   chains to YNNPACK by default, and YNNPACK's max/min reductions drop a
+//!   "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"`: their XLA hands dots,
+//!   reductions and elementwise chains to YNNPACK by default, and YNNPACK's max/min reductions drop a
 //!   NaN that is followed by a number (x86 `maxps` returns its second
 //!   operand on NaN; `xla_cpu_enable_fast_min_max` does not reach them).
 //!   Each dot alone stays in YNNPACK, where it is fast and where IEEE

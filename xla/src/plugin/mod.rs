@@ -106,14 +106,9 @@ pub fn default_plugin_path() -> Result<PathBuf, ProvisionError> {
     catalog_plugin_path(catalog::DEFAULT)
 }
 
-/// The catalog entry `value` names: a bare word (no path separator, no
-/// `.so`) that is a catalog name.
+/// The catalog entry `value` names, if it is a catalog name.
 fn named_plugin(value: &Path) -> Option<&'static CatalogPlugin> {
-    let s = value.to_str()?;
-    if s.contains(std::path::MAIN_SEPARATOR) || s.ends_with(".so") {
-        return None;
-    }
-    catalog::find(s)
+    value.to_str().and_then(catalog::find)
 }
 
 /// The library of catalog plugin `p` in the user cache, provisioned on first
