@@ -12,8 +12,10 @@
 //! decode step of the serving model got slower (38 ms against 33), the
 //! kernel's threads competing with XLA's on two cores. It was not kept.
 
+mod conv;
 mod ragged;
 
+pub use conv::{geometry as conv_geometry, NAME as CONV};
 pub use ragged::RaggedForm;
 
 use lazyfuse_ir::{host_kernels, HostArg, HostElement, HostFn, HostOut};
@@ -38,6 +40,7 @@ impl Float for f64 {
 /// The built-in kernels' functions, made once.
 struct Builtins {
     ragged: [HostFn; 3],
+    conv: HostFn,
 }
 
 fn builtins() -> &'static Builtins {
@@ -48,6 +51,7 @@ fn builtins() -> &'static Builtins {
         };
         Builtins {
             ragged: RaggedForm::ALL.map(r),
+            conv: HostFn::new(conv::run),
         }
     })
 }
@@ -58,6 +62,7 @@ pub fn register_builtins() -> Result<(), String> {
     for (f, form) in b.ragged.iter().zip(RaggedForm::ALL) {
         host_kernels::register(form.name(), f)?;
     }
+    host_kernels::register(conv::NAME, &b.conv)?;
     Ok(())
 }
 
