@@ -65,9 +65,6 @@ fn on_big_stack(
 pub(crate) struct PjrtBackend {
     client: pjrt::Client,
     plugin_path: PathBuf,
-    /// Lowerings may choose lazyfuse's built-in host kernels: a CPU
-    /// client, unless `LAZYFUSE_HOST_KERNELS=0` (decided once here).
-    host_kernels: bool,
 }
 
 impl PjrtBackend {
@@ -89,14 +86,9 @@ impl PjrtBackend {
                     path.display()
                 ))
             })?;
-        let host_kernels = crate::config::host_kernels()
-            && client
-                .platform_name()
-                .is_ok_and(|p| p.eq_ignore_ascii_case("cpu"));
         Ok(PjrtBackend {
             client,
             plugin_path: path.to_path_buf(),
-            host_kernels,
         })
     }
 }
@@ -204,7 +196,6 @@ impl Backend for PjrtBackend {
         let options = lower::Options {
             spmd: None,
             sabotage: sabotage.as_deref(),
-            host_kernels: self.host_kernels,
         };
         let text = lower::lower_region_with(graph, region, &options);
         let exe = self.load_or_compile(key, &text, on_compile, &[], || {
@@ -265,7 +256,6 @@ impl Backend for PjrtBackend {
         let options = lower::Options {
             spmd: Some(&spmd),
             sabotage: sabotage.as_deref(),
-            host_kernels: false,
         };
         let text = lower::lower_region_with(graph, region, &options);
         self.spmd_text(key, &text, layout.mesh.devices(), on_compile)

@@ -11,11 +11,19 @@
 //! `mlp_train_step`, nothing on `transformer_block_fwd`, and a 16-row
 //! decode step of the serving model got slower (38 ms against 33), the
 //! kernel's threads competing with XLA's on two cores. It was not kept.
+//!
+//! Nor was a host convolution (im2col into per-thread scratch, one gemm
+//! per group; commit `9effcee`, reverted next): alone, forward
+//! convolutions of ResNet-18's and the UNet's shapes ran at XLA's speed
+//! (both near 185 GFLOP/s on 2.4 GFLOP), 3.3x faster only where the
+//! output is tiny and the channels deep (512 channels at 2x2: 2.3 against
+//! 7.5 ms), and gradient convolutions through im2col were 2-7x slower
+//! than XLA's; in whole steps `unet_fwd` got slower (176-195 ms against
+//! 162) and `resnet18_train_step` with only the tiny-output forward
+//! convolutions on the host did not move (279-289 against 288-292 ms).
 
-mod conv;
 mod ragged;
 
-pub use conv::{geometry as conv_geometry, NAME as CONV};
 pub use ragged::RaggedForm;
 
 use lazyfuse_ir::{host_kernels, HostArg, HostElement, HostFn, HostOut};
@@ -40,7 +48,6 @@ impl Float for f64 {
 /// The built-in kernels' functions, made once.
 struct Builtins {
     ragged: [HostFn; 3],
-    conv: HostFn,
 }
 
 fn builtins() -> &'static Builtins {
@@ -51,7 +58,6 @@ fn builtins() -> &'static Builtins {
         };
         Builtins {
             ragged: RaggedForm::ALL.map(r),
-            conv: HostFn::new(conv::run),
         }
     })
 }
@@ -62,7 +68,6 @@ pub fn register_builtins() -> Result<(), String> {
     for (f, form) in b.ragged.iter().zip(RaggedForm::ALL) {
         host_kernels::register(form.name(), f)?;
     }
-    host_kernels::register(conv::NAME, &b.conv)?;
     Ok(())
 }
 

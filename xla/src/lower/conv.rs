@@ -2,50 +2,12 @@
 //! `convolution` and `reverse`.
 
 use super::emit::{i64_array, ty, Emitter};
-use lazyfuse_ir::{ConvSpec, DType, Literal, Node, Shape};
+use lazyfuse_ir::{ConvSpec, Literal, Node, Shape};
 
 /// Operand `k` of `node`: its SSA value and its node.
 fn operand<'g>(e: &Emitter<'g>, node: &Node, k: usize) -> (String, &'g Node) {
     let id = node.inputs[k];
     (e.value(id), e.graph.node(id))
-}
-
-/// Whether convolution `spec` of `x` by `w` runs as lazyfuse's host
-/// kernel (`crate::kernels`'s im2col + GEMM) on a CPU client: float
-/// convolutions without batch groups.
-fn on_host(spec: &ConvSpec, x: &Node, w: &Node) -> bool {
-    matches!(x.dtype, DType::F32 | DType::F64)
-        && w.dtype == x.dtype
-        && spec.batch_groups == 1
-        && (1..=3).contains(&spec.spatial_rank())
-        && spec.lhs_dilation.iter().all(|&d| d == 1)
-        && w.shape.dims()[2..].iter().all(|&k| k <= 7)
-}
-
-/// The convolution as a call of the host kernel, its geometry a constant
-/// operand.
-fn host_conv(
-    e: &mut Emitter<'_>,
-    node: &Node,
-    spec: &ConvSpec,
-    (x, xn): (&str, &Node),
-    (w, wn): (&str, &Node),
-) -> String {
-    let g = crate::kernels::conv_geometry(spec);
-    let gt = format!("tensor<{}xi64>", g.len());
-    let values: Vec<String> = g.iter().map(|v| v.to_string()).collect();
-    let attr = format!("value = dense<[{}]> : {gt}", values.join(", "));
-    let geo = e.op("stablehlo.constant", &[], &attr, &gt);
-    super::host::call(
-        e,
-        crate::kernels::CONV,
-        &[
-            (x, ty(&xn.shape, xn.dtype)),
-            (w, ty(&wn.shape, wn.dtype)),
-            (&geo, gt.clone()),
-        ],
-        &ty(&node.shape, node.dtype),
-    )
 }
 
 /// `stablehlo.convolution` in the IR's channels-first layout. A kernel with
@@ -64,9 +26,6 @@ pub(super) fn conv(e: &mut Emitter<'_>, node: &Node, spec: &ConvSpec) -> String 
     let (w, wn) = operand(e, node, 1);
     if wn.shape.numel() == 0 {
         return e.constant(Literal::Int(0), &node.shape, node.dtype);
-    }
-    if e.host_kernels && on_host(spec, xn, wn) {
-        return host_conv(e, node, spec, (&x, xn), (&w, wn));
     }
     let mut x_shape = xn.shape.clone();
     let mut lhs_dilation = spec.lhs_dilation.clone();

@@ -75,9 +75,6 @@ pub struct Emitter<'g> {
     pub sabotage: Option<&'g str>,
     /// Custom kernels' functions the body calls, by symbol, each once.
     pub funcs: Vec<(String, String)>,
-    /// Ops may lower to lazyfuse's built-in host kernels
-    /// ([`super::Options::host_kernels`]).
-    pub host_kernels: bool,
 }
 
 impl<'g> Emitter<'g> {
@@ -94,7 +91,6 @@ impl<'g> Emitter<'g> {
             layout: None,
             sabotage: None,
             funcs: Vec::new(),
-            host_kernels: false,
         }
     }
 

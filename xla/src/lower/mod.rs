@@ -33,11 +33,6 @@ pub struct Options<'a> {
     /// Emit an op XLA rejects before every op of this name, so a test can
     /// make a real compile fail at a chosen op (lazyfuse's fault hooks).
     pub sabotage: Option<&'a str>,
-    /// Ops may lower to lazyfuse's built-in host kernels
-    /// (`crate::kernels`), where they are faster than XLA's own code: a
-    /// CPU client that runs host kernels. Convolutions are the ones chosen
-    /// in the lowering (see `conv.rs`).
-    pub host_kernels: bool,
 }
 
 /// Lowers `region` of `graph` to a StableHLO module with one public `@main`.
@@ -97,7 +92,6 @@ fn lower(graph: &Graph, region: &Region, options: &Options<'_>) -> String {
     e.spmd = layout.is_some();
     e.layout = layout;
     e.sabotage = options.sabotage;
-    e.host_kernels = options.host_kernels && layout.is_none();
     let mut params = param_decls(&mut e, graph, region, layout);
     params.extend(scalar_pack_decls(&mut e, graph, region, layout.is_some()));
     let results: Vec<String> = region
