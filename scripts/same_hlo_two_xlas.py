@@ -27,6 +27,16 @@ RUNS = 100
 PLUGIN = os.environ.get("LAZYFUSE_PJRT_PLUGIN") or os.path.expanduser(
     "~/.cache/lazyfuse/xla-cpu-pjrt-0.0.1/xla_cpu_pjrt.so"
 )
+# `SAME_HLO_OPTIONS="name=value,..."`: XLA debug options set on both
+# clients' compiles (values `true`/`false` are booleans), for example
+# lazyfuse's own: `xla_cpu_enable_fast_min_max=false,
+# xla_cpu_experimental_ynn_fusion_type=LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT`.
+OVERRIDES = [
+    (k, {"true": True, "false": False}.get(v, v))
+    for k, v in (
+        kv.strip().split("=", 1) for kv in os.environ.get("SAME_HLO_OPTIONS", "").split(",") if kv.strip()
+    )
+]
 DTYPES = {"f32": np.float32, "f64": np.float64, "i64": np.int64, "i32": np.int32, "i1": np.bool_}
 
 
@@ -66,22 +76,24 @@ def time_modules(client_name, paths):
                 else:
                     args.append(np.asarray(rng.random(shape)).astype(dtype))
             code = mlir.module_to_bytecode(module)
-        exe = dev.client.compile_and_load(
-            code, xla_client.DeviceList((dev,)), xla_client.CompileOptions()
-        )
-        bufs = [jax.device_put(a, dev) for a in args]
-
+        options = xla_client.CompileOptions()
+        options.env_option_overrides = OVERRIDES
+        exe = dev.client.compile_and_load(code, xla_client.DeviceList((dev,)), options)
+        # Fresh buffers for every run, made outside the timing: a module
+        # that donates its parameters (lazyfuse's `tf.aliasing_output`)
+        # consumes them.
         def run():
+            bufs = [jax.device_put(a, dev) for a in args]
+            for b in bufs:
+                b.block_until_ready()
+            t0 = time.perf_counter()
             for out in exe.execute(bufs):
                 out.block_until_ready()
+            return (time.perf_counter() - t0) * 1e3
 
         for _ in range(5):
             run()
-        ts = []
-        for _ in range(RUNS):
-            t0 = time.perf_counter()
-            run()
-            ts.append((time.perf_counter() - t0) * 1e3)
+        ts = [run() for _ in range(RUNS)]
         ts.sort()
         print("%-8s %-40s %.3f" % (client_name, os.path.basename(path)[:40], ts[RUNS // 2]))
         sys.stdout.flush()
