@@ -6,6 +6,10 @@
 //! layer norms, recording, launch) comes on top, so this time bounds how
 //! fast `decode_kv` can run with the plugin's dot kernels; BENCHMARKS.md
 //! compares it with torch's, which sets the `decode_kv` target.
+//!
+//! Beside it, the same products on the host with the `gemm` crate (its
+//! AVX-512 kernels), on one core and on both: what the weights' 6.8 MB
+//! cost to stream through a core here, whoever computes the product.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use lazyfuse::{Device, FusionGuard, Result, Tensor};
@@ -53,7 +57,64 @@ fn bench_decode_floor(c: &mut Criterion) {
     g.bench_function("dots_of_one_decode_kv_token", |b| {
         b.iter(|| token(&x, &blocks, &head).expect("token"))
     });
+    let host: Vec<(usize, usize, Vec<f32>)> = [(C, 3 * C), (C, C), (C, 4 * C), (4 * C, C)]
+        .iter()
+        .cycle()
+        .take(8)
+        .chain(std::iter::once(&(C, VOCAB)))
+        .enumerate()
+        .map(|(i, &(k, n))| {
+            let w = (0..k * n)
+                .map(|j| ((j * 31 + i) % 97) as f32 * 1e-3)
+                .collect();
+            (k, n, w)
+        })
+        .collect();
+    for (name, par) in [
+        ("host_gemm_one_core", gemm::Parallelism::None),
+        ("host_gemm_two_cores", gemm::Parallelism::Rayon(2)),
+    ] {
+        g.bench_function(name, |b| b.iter(|| host_token(&host, par)));
+    }
     g.finish();
+}
+
+/// The products of [`token`] as `[1, k] x [k, n]` host GEMMs, each input
+/// the last output's first `k` values (a chain, as the blocks are).
+fn host_token(weights: &[(usize, usize, Vec<f32>)], par: gemm::Parallelism) -> f32 {
+    let mut h = vec![0.01f32; 4 * C];
+    let mut y = vec![0f32; 4 * C];
+    for (k, n, w) in weights {
+        let (k, n) = (*k, *n);
+        // SAFETY: h holds k values, w k * n, y n: every address the
+        // strides reach is inside them.
+        unsafe {
+            gemm::gemm(
+                1,
+                n,
+                k,
+                y.as_mut_ptr(),
+                1,
+                n as isize,
+                false,
+                h.as_ptr(),
+                1,
+                k as isize,
+                w.as_ptr(),
+                1,
+                n as isize,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                par,
+            )
+        }
+        h[..n].copy_from_slice(&y[..n]);
+        h[n..].iter_mut().for_each(|v| *v = 0.01);
+    }
+    h[0]
 }
 
 criterion_group!(benches, bench_decode_floor);
