@@ -7,7 +7,7 @@
 //! documented in `fuzz_support::oracle`. A failure is shrunk by proptest
 //! (genes), then by `fuzz_support::shrink` (steps, shapes, values) to a
 //! minimal program and printed as a ready-to-paste `#[test]`; the bugs it
-//! found are kept as regression tests in `tests/fuzz_regressions.rs` (wrong
+//! found are kept as regression tests in `tests/fuzz_regressions/` (wrong
 //! values) and `tests/fuzz_crashes.rs` (programs that killed the process).
 //!
 //! Knobs: `FUZZ_SEED` (u64, default fixed so CI is reproducible),

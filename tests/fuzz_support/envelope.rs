@@ -102,7 +102,7 @@ fn nudges_operands(op: &Op) -> bool {
 /// than the returned value, and a recomputation can differ by that much:
 /// LLVM folds the approximation of a constant operand at compile time, and
 /// the vectorised and scalar loops of a kernel round differently
-/// (`fuzz_regressions.rs::recomputed_erf_of_a_constant_differs_by_ulps`).
+/// (`fuzz_regressions/oracle.rs::recomputed_erf_of_a_constant_differs_by_ulps`).
 /// `None` for every other op: its consumers see it within one ulp (the
 /// operand nudge).
 /// What a consumer may see of an observed result of `op`: the value itself,
@@ -286,7 +286,7 @@ pub(super) fn expect(op: &Op, ops: &[Known]) -> Result<Envelope, String> {
 /// multiply-add that skips a product's rounding, overflows an intermediate
 /// and the result is +inf, -inf or NaN depending on that order: all are
 /// accepted (`inf * x + 1e30 * 1e30` in f32 is NaN with the products rounded
-/// and -inf in f64; `fuzz_regressions.rs::matmul_products_overflow_in_f32`).
+/// and -inf in f64; `fuzz_regressions/numerics.rs::matmul_products_overflow_in_f32`).
 fn overflow_possible(op: &Op, operands: &[&HostTensor]) -> Vec<bool> {
     let bound = match op {
         Op::MatMul | Op::Conv(_) => {
@@ -379,7 +379,7 @@ fn padding_meets_nonfinite(op: &Op, operands: &[&HostTensor]) -> Vec<bool> {
 /// corner does: `x / gelu(x)` with the unobserved f16 `gelu(-2.98)` in
 /// [-0.035, 0.027] is 770 at one corner and -109 at the other, and XLA's
 /// 819 is as right as either (`fuzz_campaign` seed 1001, program 76229;
-/// `fuzz_regressions.rs::division_by_an_unobserved_value_near_zero_is_open`).
+/// `fuzz_regressions/oracle.rs::division_by_an_unobserved_value_near_zero_is_open`).
 fn divisor_straddles_zero(
     op: &Op,
     ops: &[Known],

@@ -376,13 +376,13 @@ fn carries_product(op: &Op, args: &[usize], products: &[bool]) -> bool {
 /// the returned bits. Only arithmetic consumers nudged their operands
 /// before; a slice of `slice(x * c) - x * c` recomputed was a rounding
 /// error of the product instead of 0 (`fuzz_campaign` seed 1001, program
-/// 1204; `fuzz_regressions.rs::a_layout_of_a_contracted_difference_is_accepted`).
+/// 1204; `fuzz_regressions/oracle.rs::a_layout_of_a_contracted_difference_is_accepted`).
 ///
 /// A sum or mean of a product too: newer XLA CPU builds (the `jax-cpu`
 /// plugin) fuse the product into the reduction's loop and contract it with
 /// the accumulation, so a recomputed `mean(x * c)` is one rounding away
 /// from the returned one (`fuzz_ops` seed 20261208 on `jax-cpu`;
-/// `fuzz_regressions.rs::a_recomputed_mean_of_a_product_may_be_contracted`).
+/// `fuzz_regressions/oracle.rs::a_recomputed_mean_of_a_product_may_be_contracted`).
 fn may_contract(op: &Op, args: &[usize], products: &[bool]) -> bool {
     matches!(
         op,

@@ -352,7 +352,7 @@ fn strict_fp_turns_multiply_add_contraction_off() {
 /// compare of the widened value with a constant zero into an integer test
 /// that saw the subnormal as non-zero, while unfused the hardware read it as
 /// zero: `bf16 -> f32 -> bool` of a subnormal was `true` fused (found by
-/// `fuzz_campaign`, seed 1000, program 2418; `fuzz_regressions.rs` holds the
+/// `fuzz_campaign`, seed 1000, program 2418; `fuzz_subnormals.rs` holds the
 /// program). The widening flushes explicitly, as the interpreter does.
 #[test]
 fn widened_bf16_subnormals_compare_as_zero_fused_and_unfused() {

@@ -24,7 +24,7 @@ pub(crate) enum Values {
 /// Layout ops and `where_cond` move bits and never flush, and neither do
 /// float `neg` and `abs`: XLA lowers them to a sign-bit flip/clear, so a
 /// subnormal operand keeps its magnitude (found by the differential fuzzer,
-/// `tests/fuzz_regressions.rs::neg_and_abs_keep_subnormals`).
+/// `tests/semantics/fuzz_subnormals.rs::neg_and_abs_keep_subnormals`).
 pub fn flush_threshold(dtype: DType) -> Option<f64> {
     match dtype {
         DType::F32 | DType::BF16 => Some(f32::MIN_POSITIVE as f64),

@@ -20,7 +20,7 @@ fn operand<'g>(e: &Emitter<'g>, node: &Node, k: usize) -> (String, &'g Node) {
 /// definition), so the convolution itself never crops: XLA's CPU
 /// convolutions, old and new plugin alike, computed wrong values when one
 /// side of an axis was cropped and the other padded
-/// (`tests/fuzz_regressions.rs::conv_with_negative_padding_crops_its_input`).
+/// (`tests/fuzz_regressions/conv.rs::conv_with_negative_padding_crops_its_input`).
 pub(super) fn conv(e: &mut Emitter<'_>, node: &Node, spec: &ConvSpec) -> String {
     let (mut x, xn) = operand(e, node, 0);
     let (w, wn) = operand(e, node, 1);

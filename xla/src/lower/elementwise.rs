@@ -22,7 +22,7 @@ pub(super) fn unary(e: &mut Emitter<'_>, u: UnaryOp, x: &str, s: &Shape, dt: DTy
         // Newer XLA CPU builds compute `log` of a negative subnormal as NaN
         // in some loops (its bits read as a negative number) where flush to
         // zero makes it -0 and the answer -inf: flush first, as for `pow`
-        // (`tests/fuzz_regressions.rs::log_of_a_negative_subnormal_in_a_loop_tail_is_minus_infinity`).
+        // (`tests/fuzz_regressions/numerics.rs::log_of_a_negative_subnormal_in_a_loop_tail_is_minus_infinity`).
         UnaryOp::Log => {
             let x = flush_subnormals(e, x, s, dt);
             e.eltwise("stablehlo.log", &[&x], s, dt, dt)
@@ -75,7 +75,7 @@ pub(super) fn binary(
         // XLA's CPU `power` inspects operand bits (libm style), so it sees a
         // subnormal operand at its true value even under flush-to-zero: flush
         // explicitly, as every other arithmetic op does (regression test
-        // `tests/fuzz_regressions.rs::pow_flushes_subnormal_operands`).
+        // `tests/semantics/fuzz_subnormals.rs::pow_flushes_subnormal_operands`).
         let (x, y) = (flush_subnormals(e, x, s, dt), flush_subnormals(e, y, s, dt));
         return e.eltwise("stablehlo.power", &[&x, &y], s, dt, dt);
     }
@@ -157,7 +157,7 @@ fn int_div(e: &mut Emitter<'_>, x: &str, y: &str, s: &Shape, dt: DType) -> Strin
 /// over *every* bit of the exponent; a negative exponent gives 0, except bases
 /// 1 (→ 1) and -1 (→ ±1 by parity). XLA's own integer `power` only looks at the
 /// low 6 exponent bits, so `115^119` wrapped in i32 came out as `115^55`
-/// (regression test `tests/fuzz_regressions.rs::int_pow_uses_every_exponent_bit`).
+/// (regression test `tests/fuzz_regressions/numerics.rs::int_pow_uses_every_exponent_bit`).
 fn int_pow(e: &mut Emitter<'_>, x: &str, y: &str, s: &Shape, dt: DType) -> String {
     let t = ty(s, dt);
     let b = ty(s, DType::Bool);
@@ -275,7 +275,7 @@ pub(super) fn compare(
     // XLA's CPU bf16 `EQ`/`NE` see a subnormal at its true value while the
     // ordered compares (and the interpreter) read it as zero, so 9e-41 was
     // neither equal to nor greater than 0. Flush bf16 operands explicitly
-    // (regression test `tests/fuzz_regressions.rs::bf16_compare_reads_subnormals_as_zero`).
+    // (regression test `tests/semantics/fuzz_subnormals.rs::bf16_compare_reads_subnormals_as_zero`).
     let (x, y) = if dt == DType::BF16 {
         (flush_subnormals(e, x, s, dt), flush_subnormals(e, y, s, dt))
     } else {

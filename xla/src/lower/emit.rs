@@ -183,7 +183,7 @@ impl<'g> Emitter<'g> {
     /// and then fold XLA's expansion of `exp`, whose float-to-int conversion
     /// of NaN is poison in LLVM, into an arbitrary finite value: 1.6e-5 where
     /// run-time code gives NaN (`fuzz_campaign` seed 1001, program 53468;
-    /// `tests/fuzz_regressions.rs::a_nan_constant_through_arithmetic_into_exp_stays_nan`).
+    /// `tests/fuzz_regressions/numerics.rs::a_nan_constant_through_arithmetic_into_exp_stays_nan`).
     /// So `select(x != x, x, exp(x))`: LLVM folds the compare of a known NaN
     /// to true and never evaluates the expansion, and at run time the
     /// select changes nothing (`exp(NaN)` is NaN). Every float `exp` is

@@ -5,7 +5,7 @@
 //! expression of constants in IEEE arithmetic. `full(1e-40, f64)` converted
 //! to bf16 folded to a bf16 subnormal where run-time code gives zero, so
 //! `x / x` of it was `1` fused and NaN unfused (`fuzz_campaign` seed 1001,
-//! program 5287; `tests/fuzz_regressions.rs::
+//! program 5287; `tests/semantics/fuzz_subnormals.rs::
 //! subnormals_folded_from_constants_are_flushed`). Folding such an
 //! expression here, with the interpreter that defines every op, leaves the
 //! compiler nothing to fold and gives the reference bits, fused or not.

@@ -144,7 +144,7 @@ fn select(e: &mut Emitter<'_>, node: &Node) -> String {
 /// own float-to-pred conversion, once fused behind another conversion
 /// (f32 -> bf16 -> bool), tested the bits and so took a subnormal for
 /// nonzero, where every other path flushes it to zero first
-/// (`tests/fuzz_regressions.rs::subnormal_through_bf16_to_bool_is_false_fused_too`).
+/// (`tests/semantics/fuzz_subnormals.rs::subnormal_through_bf16_to_bool_is_false_fused_too`).
 fn convert(e: &mut Emitter<'_>, node: &Node, to: DType) -> String {
     let (x, n) = operand(e, node, 0);
     if to == DType::Bool && n.dtype.is_float() {
@@ -157,7 +157,7 @@ fn convert(e: &mut Emitter<'_>, node: &Node, to: DType) -> String {
         // f32 subnormal in a register, and LLVM folds a compare of it with a
         // constant zero into an integer test that sees it non-zero, where
         // unfused the hardware reads it from memory as zero: `bf16 -> f32 ->
-        // bool` of one was `true` fused (`tests/fuzz_regressions.rs::
+        // bool` of one was `true` fused (`tests/semantics/fuzz_subnormals.rs::
         // widened_bf16_subnormal_converts_to_false`). Flushed, as the
         // interpreter's conversion does.
         return flush_subnormals(e, &y, &node.shape, to);

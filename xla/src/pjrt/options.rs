@@ -14,7 +14,7 @@
 //! - `xla_allow_excess_precision` off: XLA would drop a `convert` pair such
 //!   as f32 -> bf16 -> f32 inside a fused computation, returning more
 //!   precision than the same ops run one by one
-//!   (`tests/fuzz_regressions.rs::fusion_keeps_half_precision_rounding`).
+//!   (`tests/fuzz_regressions/numerics.rs::fusion_keeps_half_precision_rounding`).
 //! - `xla_disable_hlo_passes = "algsimp"`: XLA's algebraic simplifier
 //!   rewrites patterns that span ops without regard to NaN, infinities or
 //!   the sign of zero: `multiply(convert(pred), x)` becomes
