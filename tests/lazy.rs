@@ -22,6 +22,7 @@ test_device!(
     a_flush_returns_at_once_and_later_graphs_use_in_flight_results,
     a_read_with_nothing_queued_runs_on_the_reading_thread,
     reads_of_host_memory_buffers_are_in_place,
+    read_into_fills_the_callers_memory_and_checks_its_size,
     two_threads_missing_the_same_key_compile_it_once,
     cross_thread_recording_never_hangs,
     held_scalars_are_uploaded_with_their_values,
@@ -444,6 +445,29 @@ fn reads_of_host_memory_buffers_are_in_place() {
     let in_place = snapshot().d2h_in_place - before.d2h_in_place;
     assert_eq!(reads, 3);
     assert_eq!(in_place, if d.is_interpreter() { 0 } else { 3 });
+}
+
+/// `read_into` writes the value into memory the caller owns, the same
+/// bytes `to_host` gives (a bf16 result and a permuted one included); a
+/// buffer of the wrong size is an `Err` and nothing is written.
+fn read_into_fills_the_callers_memory_and_checks_its_size() {
+    let _f = FusionGuard::new(true);
+    let d = dev();
+    let x = Tensor::from_slice(&data(12, 0.3), &[3, 4], &d).unwrap();
+    for t in [
+        x.permute(&[1, 0]).unwrap().mul(3.0).unwrap(),
+        x.to_dtype(DType::BF16).unwrap().exp().unwrap(),
+        x.sum([1], false).unwrap(),
+    ] {
+        let want = t.to_host().unwrap().bytes;
+        let mut got = vec![0xAAu8; want.len()];
+        t.read_into(&mut got).unwrap();
+        assert_eq!(got, want);
+        let mut short = vec![0xAAu8; want.len() - 1];
+        let e = t.read_into(&mut short).unwrap_err().to_string();
+        assert!(e.contains("read_into") && e.contains("bytes"), "{e}");
+        assert!(short.iter().all(|&b| b == 0xAA));
+    }
 }
 
 fn two_threads_missing_the_same_key_compile_it_once() {

@@ -5,7 +5,7 @@ use crate::convert::{at, dtype, err, set_site};
 use crate::ops::PyTensor;
 use lazyfuse::{Device, HostTensor, NoGradGuard, Shape, Tensor};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::PyDict;
 use std::cell::RefCell;
 use std::sync::OnceLock;
 
@@ -58,13 +58,25 @@ fn from_buffer(ptr: usize, nbytes: usize, shape: Vec<usize>, dt: &str) -> PyResu
     at(|| Tensor::upload(host, dev)).map(PyTensor::new)
 }
 
-/// The tensor's bytes (row-major, little-endian): a sync point. The GIL is
+/// Copies the tensor's bytes (row-major, little-endian) into `nbytes` of
+/// host memory at address `ptr`: a sync point, and one copy into the CPU
+/// tensor the caller made for it, not three through `bytes`. The GIL is
 /// released while the device computes.
+///
+/// # Safety contract
+/// The caller (the package) passes the data pointer of a live contiguous
+/// CPU tensor it holds for the duration of the call and nothing else
+/// reads or writes during it, with `nbytes` equal to its size.
 #[pyfunction]
-fn to_bytes<'py>(py: Python<'py>, t: &Bound<'py, PyTensor>) -> PyResult<Bound<'py, PyBytes>> {
+fn read_into(py: Python<'_>, t: &Bound<'_, PyTensor>, ptr: usize, nbytes: usize) -> PyResult<()> {
     let t = t.get().t.clone();
-    let host = py.detach(move || t.to_host()).map_err(err)?;
-    Ok(PyBytes::new(py, &host.bytes))
+    let out: &mut [u8] = if nbytes == 0 {
+        &mut []
+    } else {
+        // SAFETY: see the contract above.
+        unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, nbytes) }
+    };
+    py.detach(move || t.read_into(out)).map_err(err)
 }
 
 /// A tensor of `shape` filled with `value`.
@@ -182,7 +194,7 @@ fn device_name() -> PyResult<String> {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_site, m)?)?;
     m.add_function(wrap_pyfunction!(from_buffer, m)?)?;
-    m.add_function(wrap_pyfunction!(to_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(read_into, m)?)?;
     m.add_function(wrap_pyfunction!(full, m)?)?;
     m.add_function(wrap_pyfunction!(arange, m)?)?;
     m.add_function(wrap_pyfunction!(rand, m)?)?;

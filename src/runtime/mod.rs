@@ -324,19 +324,39 @@ impl Runtime {
         if let Placement::Shards(sharding, shards) = &buf.place {
             return self.assemble(buf, sharding, shards);
         }
-        let _span = tracing::debug_span!("d2h", bytes = buf.bytes).entered();
-        let t0 = Instant::now();
         let mut bytes = vec![0u8; buf.bytes];
-        let in_place = self.backend.download(buf.one()?, &mut bytes)?;
-        metrics::observe_since(metrics::Phase::DeviceToHost, t0);
-        metrics::add(&C.d2h_transfers, 1);
-        metrics::add(&C.d2h_in_place, u64::from(in_place));
-        metrics::add(&C.d2h_bytes, bytes.len() as u64);
+        self.download_into(buf, &mut bytes)?;
         Ok(HostTensor {
             shape: buf.shape.clone(),
             dtype: buf.dtype,
             bytes,
         })
+    }
+
+    /// Copies a device buffer into `out`, exactly its size in bytes: one
+    /// copy into memory the caller owns (a Python caller's CPU tensor),
+    /// none through an intermediate vector.
+    pub fn download_into(&self, buf: &DeviceBuffer, out: &mut [u8]) -> Result<()> {
+        if out.len() != buf.bytes {
+            return Err(crate::Error::internal(format!(
+                "a {}-byte buffer cannot hold a {} tensor of {} bytes",
+                out.len(),
+                buf.dtype,
+                buf.bytes
+            )));
+        }
+        if let Placement::Shards(sharding, shards) = &buf.place {
+            out.copy_from_slice(&self.assemble(buf, sharding, shards)?.bytes);
+            return Ok(());
+        }
+        let _span = tracing::debug_span!("d2h", bytes = buf.bytes).entered();
+        let t0 = Instant::now();
+        let in_place = self.backend.download(buf.one()?, out)?;
+        metrics::observe_since(metrics::Phase::DeviceToHost, t0);
+        metrics::add(&C.d2h_transfers, 1);
+        metrics::add(&C.d2h_in_place, u64::from(in_place));
+        metrics::add(&C.d2h_bytes, out.len() as u64);
+        Ok(())
     }
 
     /// The executable for `region` (key `region.key`), compiling it on a

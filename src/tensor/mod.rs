@@ -135,6 +135,29 @@ impl Tensor {
         })
     }
 
+    /// Copies the value into `out`, row-major little-endian bytes, exactly
+    /// `numel * dtype size` of them (a sync point): memory the caller
+    /// already owns, such as a PyTorch CPU tensor, filled with one copy.
+    #[track_caller]
+    pub fn read_into(&self, out: &mut [u8]) -> Result<()> {
+        let loc = crate::site::caller();
+        let want = self.numel() * self.dtype().size_in_bytes();
+        if out.len() != want {
+            return Err(Error::op(
+                "read_into",
+                format!("{} bytes given for {want}", out.len()),
+                self.describe(),
+                loc,
+            ));
+        }
+        if self.logical().is_some() {
+            out.copy_from_slice(&self.to_host()?.bytes);
+            return Ok(());
+        }
+        let b = self.materialize(FlushReason::Read)?;
+        self.0.device.rt.download_into(&b, out)
+    }
+
     /// Copies the value to the host as a flat row-major `Vec<T>` (a sync point).
     /// `T` must match the dtype exactly.
     #[track_caller]
