@@ -73,7 +73,7 @@ pub use random::Key;
 pub use site::with_origin;
 pub use spmd::{Mesh, MeshDevices, Sharding};
 pub use tensor::dynamic::sites::reset_dynamic_sites;
-pub use tensor::{flush, realize_all, sync, Dims, Local, Operand, Reduction, Tensor};
+pub use tensor::{flush, realize_all, sync, Dims, HostView, Local, Operand, Reduction, Tensor};
 
 /// The IR and planner crates, for tools that inspect graphs and plans.
 pub use lazyfuse_fusion as fusion;

@@ -23,6 +23,7 @@ test_device!(
     a_read_with_nothing_queued_runs_on_the_reading_thread,
     reads_of_host_memory_buffers_are_in_place,
     read_into_fills_the_callers_memory_and_checks_its_size,
+    a_host_view_keeps_its_bytes_while_the_program_goes_on,
     two_threads_missing_the_same_key_compile_it_once,
     cross_thread_recording_never_hangs,
     held_scalars_are_uploaded_with_their_values,
@@ -451,6 +452,7 @@ fn reads_of_host_memory_buffers_are_in_place() {
 /// bytes `to_host` gives (a bf16 result and a permuted one included); a
 /// buffer of the wrong size is an `Err` and nothing is written.
 fn read_into_fills_the_callers_memory_and_checks_its_size() {
+    let _l = metrics_lock();
     let _f = FusionGuard::new(true);
     let d = dev();
     let x = Tensor::from_slice(&data(12, 0.3), &[3, 4], &d).unwrap();
@@ -468,6 +470,40 @@ fn read_into_fills_the_callers_memory_and_checks_its_size() {
         assert!(e.contains("read_into") && e.contains("bytes"), "{e}");
         assert!(short.iter().all(|&b| b == 0xAA));
     }
+}
+
+/// `host_view` lends the value in place (both CPU devices keep it in host
+/// memory): the bytes equal `to_host`'s, and stay so after the tensor is
+/// dropped and a computation that would have donated its buffer to its
+/// result has run.
+fn a_host_view_keeps_its_bytes_while_the_program_goes_on() {
+    let _l = metrics_lock();
+    let _f = FusionGuard::new(true);
+    let d = dev();
+    let x = Tensor::from_slice(&data(64, 0.7), &[8, 8], &d)
+        .unwrap()
+        .mul(2.0)
+        .unwrap();
+    let view = x
+        .host_view()
+        .unwrap()
+        .expect("a CPU device keeps values in host memory");
+    let want = x.to_host().unwrap().bytes;
+    assert_eq!(view.bytes(), &want[..]);
+    assert_eq!(
+        (view.shape().dims(), view.dtype()),
+        (&[8usize, 8][..], DType::F32)
+    );
+    // x dies before the flush: only the view still holds its buffer.
+    let y = x.add(1.0).unwrap().exp().unwrap();
+    drop(x);
+    let got = y.to_vec::<f32>().unwrap();
+    assert_eq!(got.len(), 64);
+    for _ in 0..3 {
+        let z = Tensor::from_slice(&data(64, 1.0), &[8, 8], &d).unwrap();
+        z.sin().unwrap().to_vec::<f32>().unwrap();
+    }
+    assert_eq!(view.bytes(), &want[..]);
 }
 
 fn two_threads_missing_the_same_key_compile_it_once() {

@@ -74,6 +74,23 @@ class LazyTensor(torch.Tensor):
 
         return dispatch(func, args, kwargs or {})
 
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """DLPack export (``torch.from_dlpack``, ``numpy.from_dlpack``): the
+        value on the CPU, lent in place where the runtime keeps it in host
+        memory, else copied. A sync point. The memory is the runtime's
+        immutable value: read it, do not write it."""
+        if self.requires_grad:
+            raise RuntimeError(
+                "Can't export tensors that require gradient, use tensor.detach()"
+            )
+        return self._t.__dlpack__(
+            stream=stream, max_version=max_version, dl_device=dl_device, copy=copy
+        )
+
+    def __dlpack_device__(self):
+        """``(kDLCPU, 0)``: exported values are host memory."""
+        return self._t.__dlpack_device__()
+
 
 def wrap(h) -> LazyTensor:
     """A ``LazyTensor`` around runtime handle ``h``."""

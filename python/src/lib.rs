@@ -12,6 +12,7 @@
 mod conv;
 mod convert;
 mod custom;
+mod dlpack;
 mod grad;
 mod ops;
 mod runtime;

@@ -85,6 +85,34 @@ impl PyTensor {
         self.t.is_leaf()
     }
 
+    /// DLPack export (`torch.from_dlpack`, `numpy.from_dlpack`): the value
+    /// in place where the device keeps it in host memory, else a copy (see
+    /// `dlpack.rs`). A sync point. Consumers must only read it.
+    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__(
+        &self,
+        py: Python<'_>,
+        stream: Option<Bound<'_, PyAny>>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Py<PyAny>> {
+        let _ = (stream, max_version);
+        if let Some(d) = dl_device {
+            if d != (crate::dlpack::DEVICE_CPU, 0) {
+                return Err(pyo3::exceptions::PyBufferError::new_err(format!(
+                    "lazyfuse: tensors export to the CPU (DLPack device (1, 0)), not {d:?}"
+                )));
+            }
+        }
+        crate::dlpack::export(py, &self.t, copy)
+    }
+
+    /// Where `__dlpack__` puts the value: the CPU (`kDLCPU`, device 0).
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        (crate::dlpack::DEVICE_CPU, 0)
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "lazyfuse._C.Tensor({}{:?})",

@@ -116,6 +116,15 @@ impl Backend for InterpBackend {
         Ok(RawBuffer::Host(host.clone()))
     }
 
+    fn host_bytes<'a>(&self, buf: &'a RawBuffer, _rank: usize) -> Result<Option<&'a [u8]>> {
+        match buf {
+            // The interpreter's values are immutable host arrays.
+            RawBuffer::Host(h) => Ok(Some(&h.bytes)),
+            #[cfg(feature = "xla")]
+            RawBuffer::Pjrt(_) => Err(foreign("buffer")),
+        }
+    }
+
     fn download(&self, buf: &RawBuffer, out: &mut [u8]) -> Result<bool> {
         match buf {
             // A copy of the interpreter's value, not a read of device

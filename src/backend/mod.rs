@@ -69,6 +69,10 @@ pub(crate) trait Backend: Send + Sync {
     /// Copies `buf` into `out` (exactly its byte size); `true` when it was
     /// read straight from host memory, without a device transfer.
     fn download(&self, buf: &RawBuffer, out: &mut [u8]) -> Result<bool>;
+    /// `buf`'s bytes in place, when they are in host memory, dense and
+    /// row-major (`rank` dims), and stay unchanged while `buf` lives;
+    /// `None` otherwise. Waits for the value.
+    fn host_bytes<'a>(&self, buf: &'a RawBuffer, rank: usize) -> Result<Option<&'a [u8]>>;
     /// Compiles `region` of `graph` (key `key`), calling `on_compile` just
     /// before real compilation work (not for a persistent-cache load).
     fn compile(

@@ -185,6 +185,13 @@ impl Backend for PjrtBackend {
         }
     }
 
+    fn host_bytes<'a>(&self, buf: &'a RawBuffer, rank: usize) -> Result<Option<&'a [u8]>> {
+        match buf {
+            RawBuffer::Pjrt(b) => Ok(b.host_bytes(rank)?),
+            RawBuffer::Host(_) => Err(foreign("buffer")),
+        }
+    }
+
     fn compile(
         &self,
         key: RegionKey,

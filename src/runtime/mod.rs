@@ -333,6 +333,18 @@ impl Runtime {
         })
     }
 
+    /// `buf`'s bytes in place, when its device keeps them in host memory,
+    /// dense and row-major (one device; see [`crate::HostView`]).
+    pub(crate) fn host_bytes<'a>(&self, buf: &'a DeviceBuffer) -> Result<Option<&'a [u8]>> {
+        let Placement::One(raw) = &buf.place else {
+            return Ok(None);
+        };
+        Ok(self
+            .backend
+            .host_bytes(raw, buf.shape.rank())?
+            .filter(|b| b.len() == buf.bytes))
+    }
+
     /// Copies a device buffer into `out`, exactly its size in bytes: one
     /// copy into memory the caller owns (a Python caller's CPU tensor),
     /// none through an intermediate vector.

@@ -13,6 +13,7 @@ pub(crate) mod dynamic;
 mod grouped;
 #[cfg(feature = "xla")]
 mod grouped_host;
+mod host_view;
 mod index;
 mod manual;
 mod operand;
@@ -22,6 +23,7 @@ mod pool;
 mod resize;
 mod shard;
 
+pub use host_view::HostView;
 pub use manual::{Local, Reduction};
 pub use operand::{Dims, Operand};
 

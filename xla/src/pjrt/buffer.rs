@@ -213,47 +213,62 @@ impl Buffer {
     /// say, so the caller copies through the plugin instead. A buffer whose
     /// computation failed gives that error.
     fn read_in_place(&self, out: &mut [u8], rank: usize) -> Result<bool> {
+        match self.host_bytes(rank)? {
+            Some(bytes) if bytes.len() == out.len() => {
+                out.copy_from_slice(bytes);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// The buffer's bytes where the plugin keeps them, when that is host
+    /// memory holding them densely in row-major order (`rank` dims); `None`
+    /// when it is not, or the plugin cannot say. Waits for the value first:
+    /// a buffer whose computation failed gives that error. The bytes stay
+    /// valid and unchanged while `self` lives (a buffer is freed only by
+    /// its owner's drop, and never donated while a reference to it
+    /// exists), which is what lets a caller lend them out without a copy
+    /// (DLPack).
+    pub fn host_bytes(&self, rank: usize) -> Result<Option<&[u8]>> {
         let plugin = &*self.client.plugin;
         let raw = self.raw.as_ptr();
         let mut on_cpu = sys::PJRT_Buffer_IsOnCpu_Args::new();
         on_cpu.buffer = raw;
         if pjrt_call!(plugin, PJRT_Buffer_IsOnCpu, &mut on_cpu).is_err() || !on_cpu.is_on_cpu {
-            return Ok(false);
+            return Ok(None);
         }
         if !self.dense_row_major(rank) {
-            return Ok(false);
+            return Ok(None);
         }
         // Wait for the value (a finished buffer's event is ready at once);
         // its error is the buffer's.
         let mut ready = sys::PJRT_Buffer_ReadyEvent_Args::new();
         ready.buffer = raw;
         if pjrt_call!(plugin, PJRT_Buffer_ReadyEvent, &mut ready).is_err() {
-            return Ok(false);
+            return Ok(None);
         }
         Event::new(plugin, ready.event).wait("PJRT_Buffer_ReadyEvent")?;
+        let Ok(len) = self.on_device_size() else {
+            return Ok(None);
+        };
+        if len == 0 {
+            return Ok(Some(&[]));
+        }
         let mut ptr = sys::PJRT_Buffer_UnsafePointer_Args::new();
         ptr.buffer = raw;
-        if self.on_device_size().ok() != Some(out.len())
-            || pjrt_call!(plugin, PJRT_Buffer_UnsafePointer, &mut ptr).is_err()
-            || (ptr.buffer_pointer == 0 && !out.is_empty())
+        if pjrt_call!(plugin, PJRT_Buffer_UnsafePointer, &mut ptr).is_err()
+            || ptr.buffer_pointer == 0
         {
-            return Ok(false);
+            return Ok(None);
         }
-        if !out.is_empty() {
-            // SAFETY: the plugin reports the buffer as host memory of exactly
-            // `out.len()` bytes at `buffer_pointer`, and its ready event has
-            // fired, so nothing writes it any more; `self` keeps it alive
-            // (buffers are freed only by their owner's drop, and never
-            // donated while a reference to them exists).
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    ptr.buffer_pointer as *const u8,
-                    out.as_mut_ptr(),
-                    out.len(),
-                );
-            }
-        }
-        Ok(true)
+        // SAFETY: the plugin reports the buffer as host memory of exactly
+        // `len` bytes at `buffer_pointer`, and its ready event has fired,
+        // so nothing writes it any more; `self` keeps it alive for the
+        // borrow.
+        Ok(Some(unsafe {
+            std::slice::from_raw_parts(ptr.buffer_pointer as *const u8, len)
+        }))
     }
 
     /// Whether the buffer's layout is dense row-major: untiled, minor to
