@@ -186,8 +186,18 @@ class LoweredGraph:
 
             _core._grad[0] = was
         outs = torch.fx.node.map_arg(self.output.args[0], env.__getitem__)
-        conv = _wrap if on_device else download
-        return tuple(conv(o) if type(o) is H else o for o in outs)
+        if on_device:
+            return tuple(_wrap(o) if type(o) is H else o for o in outs)
+        # Results the call made, each returned once, go to PyTorch without
+        # a copy when nothing else in the runtime reaches them (the graph's
+        # handles die at return); an input or constant returned as it is,
+        # or a value returned twice, is copied, so writing the result
+        # cannot change what lazyfuse holds.
+        held = {id(v) for v in env.values() if type(v) is H}
+        made = held - {id(env[n]) for n, _ in self.placeholders if type(env[n]) is H}
+        made -= {id(env[n]) for n, _ in self.constants if type(env.get(n)) is H}
+        del env
+        return tuple(_to_cpu(o, made) if type(o) is H else o for o in outs)
 
 
 def _python_call(target):
@@ -200,6 +210,18 @@ def _python_call(target):
         return target(*args, **kwargs)
 
     return call
+
+
+def _to_cpu(h, made: set) -> torch.Tensor:
+    """A CPU tensor of result ``h``: its memory itself when ``h`` was made
+    by this call (``made``, ids; each id taken once) and nothing else in
+    the runtime can reach it, else a copy."""
+    if id(h) in made:
+        made.discard(id(h))
+        cap = _C.dlpack_if_sole(h)
+        if cap is not None:
+            return torch.from_dlpack(cap)
+    return download(h)
 
 
 def _wrap(h):

@@ -119,12 +119,32 @@ unsafe extern "C" fn capsule_destructor(capsule: *mut ffi::PyObject) {
 /// always a copy when `copy` is `Some(true)`. A sync point; the GIL is
 /// released while the value is computed.
 pub fn export(py: Python<'_>, t: &Tensor, copy: Option<bool>) -> PyResult<Py<PyAny>> {
-    let t = t.clone();
     let view = if copy == Some(true) {
         None
     } else {
         py.detach(|| t.host_view()).map_err(err)?
     };
+    capsule(py, t, view, copy)
+}
+
+/// A capsule of `t`'s value in place when nothing else can reach it (see
+/// [`HostView::sole`]), else `None`: for a value the caller is about to
+/// drop its last handle to, so the capsule's consumer owns it outright
+/// and may write it. A sync point.
+pub fn export_sole(py: Python<'_>, t: &Tensor) -> PyResult<Option<Py<PyAny>>> {
+    match py.detach(|| t.host_view()).map_err(err)? {
+        Some(v) if v.sole() => capsule(py, t, Some(v), None).map(Some),
+        _ => Ok(None),
+    }
+}
+
+/// The capsule of `t` given its view (`None`: copy, unless `copy` forbids).
+fn capsule(
+    py: Python<'_>,
+    t: &Tensor,
+    view: Option<HostView>,
+    copy: Option<bool>,
+) -> PyResult<Py<PyAny>> {
     let (data, ptr) = match view {
         Some(v) => {
             let p = v.bytes().as_ptr() as *mut c_void;
@@ -182,4 +202,21 @@ pub fn export(py: Python<'_>, t: &Tensor, copy: Option<bool>) -> PyResult<Py<PyA
     }
     // SAFETY: `capsule` is a new reference.
     Ok(unsafe { Bound::from_owned_ptr(py, capsule) }.unbind())
+}
+
+/// `_C.dlpack_if_sole(t)`: a DLPack capsule of `t`'s value in place when
+/// nothing else in the runtime can reach it, else `None` (see
+/// [`export_sole`]). The package gives a compiled function's results to
+/// PyTorch through it, dropping its own handle right after.
+#[pyfunction]
+fn dlpack_if_sole(
+    py: Python<'_>,
+    t: &Bound<'_, crate::ops::PyTensor>,
+) -> PyResult<Option<Py<PyAny>>> {
+    export_sole(py, &t.get().t)
+}
+
+/// Adds the module-level DLPack function.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(dlpack_if_sole, m)?)
 }

@@ -38,5 +38,6 @@ fn init_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     custom::register(m)?;
     conv::register(m)?;
     grad::register(m)?;
+    dlpack::register(m)?;
     Ok(())
 }

@@ -88,3 +88,28 @@ def test_a_tensor_requiring_grad_is_refused_as_torch_does():
     with pytest.raises(RuntimeError, match="require gradient"):
         torch.from_dlpack(d)
     assert torch.equal(torch.from_dlpack(d.detach()), torch.ones(3))
+
+
+def test_compiled_results_are_handed_over_and_writing_them_changes_nothing_held():
+    """torch.compile(backend="lazyfuse") on CPU tensors gives its fresh
+    results to PyTorch without a copy; a result that is also an input, or
+    returned twice, is copied, so writing any result leaves the next call
+    (and its cached uploads) as they were."""
+    torch._dynamo.reset()
+
+    def f(x, w):
+        y = torch.tanh(x @ w)
+        return y, y, w * 1, (x + 0).sum(0)
+
+    cf = torch.compile(f, backend="lazyfuse")
+    g = torch.Generator().manual_seed(3)
+    x, w = torch.randn(16, 32, generator=g), torch.randn(32, 8, generator=g)
+    want = f(x, w)
+    for _ in range(3):
+        got = cf(x, w)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        # Writing every result must not reach lazyfuse's own values.
+        for t in got:
+            t.mul_(-7).add_(1000)
+    torch.testing.assert_close(cf(x, w)[0], want[0], rtol=1e-5, atol=1e-5)

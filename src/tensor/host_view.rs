@@ -22,6 +22,7 @@ pub struct HostView {
     len: usize,
     shape: Shape,
     dtype: DType,
+    sole: bool,
 }
 
 // SAFETY: the bytes behind `ptr` are immutable and owned by `_buffer`,
@@ -50,6 +51,15 @@ impl HostView {
     pub fn dtype(&self) -> DType {
         self.dtype
     }
+
+    /// Whether, when the view was made, nothing but its tensor could reach
+    /// the bytes: one handle to the tensor, and no other tensor or pending
+    /// computation holding its buffer. A caller that then drops that handle
+    /// owns the value outright and may hand the memory out as writable (a
+    /// compiled function's result given to PyTorch without a copy).
+    pub fn sole(&self) -> bool {
+        self.sole
+    }
 }
 
 impl Tensor {
@@ -67,7 +77,10 @@ impl Tensor {
             return Ok(None);
         };
         let (ptr, len) = (bytes.as_ptr(), bytes.len());
+        // The tensor's state holds the buffer once, this view once.
+        let sole = Arc::strong_count(&self.0) == 1 && Arc::strong_count(&buffer) == 2;
         Ok(Some(HostView {
+            sole,
             shape: buffer.shape.clone(),
             dtype: buffer.dtype,
             _buffer: buffer,
