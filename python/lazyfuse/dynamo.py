@@ -112,6 +112,15 @@ class _Uploads:
         self._by_id[key] = (ref, v, t.shape, h)
         return h
 
+    def remember(self, t: torch.Tensor, h) -> None:
+        """``h`` is ``t``'s device value already (``t`` is a compiled
+        result handed over in place, its memory ``h``'s): feeding ``t`` back
+        in, as AOT's backward graph does with saved activations, uploads
+        nothing while ``t`` is unchanged."""
+        key = id(t)
+        ref = weakref.ref(t, lambda _r, k=key: self._by_id.pop(k, None))
+        self._by_id[key] = (ref, t._version, t.shape, h)
+
 
 _UPLOADS = _Uploads()
 
@@ -188,16 +197,26 @@ class LoweredGraph:
         outs = torch.fx.node.map_arg(self.output.args[0], env.__getitem__)
         if on_device:
             return tuple(_wrap(o) if type(o) is H else o for o in outs)
-        # Results the call made, each returned once, go to PyTorch without
-        # a copy when nothing else in the runtime reaches them (the graph's
-        # handles die at return); an input or constant returned as it is,
-        # or a value returned twice, is copied, so writing the result
-        # cannot change what lazyfuse holds.
+        # An input returned as it is (AOT's forward saving it for the
+        # backward) is the caller's own tensor, as in eager PyTorch. Results
+        # the call made, each returned once, go to PyTorch without a copy
+        # when nothing else in the runtime reaches them (the graph's other
+        # handles die at return); a constant returned, or a value returned
+        # twice, is copied, so writing a result cannot change what lazyfuse
+        # holds.
+        inputs = {
+            id(env[n]): a
+            for (n, _), a in zip(self.placeholders, args)
+            if type(env[n]) is H and isinstance(a, torch.Tensor)
+        }
         held = {id(v) for v in env.values() if type(v) is H}
         made = held - {id(env[n]) for n, _ in self.placeholders if type(env[n]) is H}
         made -= {id(env[n]) for n, _ in self.constants if type(env.get(n)) is H}
         del env
-        return tuple(_to_cpu(o, made) if type(o) is H else o for o in outs)
+        return tuple(
+            (inputs[id(o)] if id(o) in inputs else _to_cpu(o, made)) if type(o) is H else o
+            for o in outs
+        )
 
 
 def _python_call(target):
@@ -215,12 +234,15 @@ def _python_call(target):
 def _to_cpu(h, made: set) -> torch.Tensor:
     """A CPU tensor of result ``h``: its memory itself when ``h`` was made
     by this call (``made``, ids; each id taken once) and nothing else in
-    the runtime can reach it, else a copy."""
+    the runtime can reach it (remembered as its upload: ``h`` is read only
+    while the tensor is unchanged), else a copy."""
     if id(h) in made:
         made.discard(id(h))
         cap = _C.dlpack_if_sole(h)
         if cap is not None:
-            return torch.from_dlpack(cap)
+            t = torch.from_dlpack(cap)
+            _UPLOADS.remember(t, h)
+            return t
     return download(h)
 
 
