@@ -203,20 +203,3 @@ fn capsule(
     // SAFETY: `capsule` is a new reference.
     Ok(unsafe { Bound::from_owned_ptr(py, capsule) }.unbind())
 }
-
-/// `_C.dlpack_if_sole(t)`: a DLPack capsule of `t`'s value in place when
-/// nothing else in the runtime can reach it, else `None` (see
-/// [`export_sole`]). The package gives a compiled function's results to
-/// PyTorch through it, dropping its own handle right after.
-#[pyfunction]
-fn dlpack_if_sole(
-    py: Python<'_>,
-    t: &Bound<'_, crate::ops::PyTensor>,
-) -> PyResult<Option<Py<PyAny>>> {
-    export_sole(py, &t.get().t)
-}
-
-/// Adds the module-level DLPack function.
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(dlpack_if_sole, m)?)
-}

@@ -38,6 +38,5 @@ fn init_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     custom::register(m)?;
     conv::register(m)?;
     grad::register(m)?;
-    dlpack::register(m)?;
     Ok(())
 }

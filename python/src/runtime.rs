@@ -79,6 +79,15 @@ fn read_into(py: Python<'_>, t: &Bound<'_, PyTensor>, ptr: usize, nbytes: usize)
     py.detach(move || t.read_into(out)).map_err(err)
 }
 
+/// `_C.dlpack_if_sole(t)`: a DLPack capsule of `t`'s value in place when
+/// nothing else in the runtime can reach it, else `None` (see
+/// `dlpack::export_sole`). The package gives a compiled function's
+/// results to PyTorch through it, dropping its own handle right after.
+#[pyfunction]
+fn dlpack_if_sole(py: Python<'_>, t: &Bound<'_, PyTensor>) -> PyResult<Option<Py<PyAny>>> {
+    crate::dlpack::export_sole(py, &t.get().t)
+}
+
 /// A tensor of `shape` filled with `value`.
 #[pyfunction]
 #[pyo3(signature = (value, shape, dt))]
@@ -195,6 +204,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_site, m)?)?;
     m.add_function(wrap_pyfunction!(from_buffer, m)?)?;
     m.add_function(wrap_pyfunction!(read_into, m)?)?;
+    m.add_function(wrap_pyfunction!(dlpack_if_sole, m)?)?;
     m.add_function(wrap_pyfunction!(full, m)?)?;
     m.add_function(wrap_pyfunction!(arange, m)?)?;
     m.add_function(wrap_pyfunction!(rand, m)?)?;
