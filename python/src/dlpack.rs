@@ -156,13 +156,12 @@ fn capsule(
             ));
         }
         None => {
-            let host = py.detach(|| t.to_host()).map_err(err)?;
-            let mut words = vec![0u64; host.bytes.len().div_ceil(8)];
+            let len = t.numel() * t.dtype().size_in_bytes();
+            let mut words = vec![0u64; len.div_ceil(8)];
             // SAFETY: u64 storage viewed as bytes, within its length.
-            let dst = unsafe {
-                std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, host.bytes.len())
-            };
-            dst.copy_from_slice(&host.bytes);
+            let dst = unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, len) };
+            // One copy, straight into the capsule's memory.
+            py.detach(|| t.read_into(dst)).map_err(err)?;
             let p = words.as_mut_ptr() as *mut c_void;
             (Data::Copy(words), p)
         }
