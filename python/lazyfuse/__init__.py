@@ -67,7 +67,7 @@ def recompiles() -> list:
 
 # --- the device -----------------------------------------------------------------
 
-_mode = LazyfuseMode()
+_MODE = LazyfuseMode()
 _enabled = [False]
 
 
@@ -75,14 +75,14 @@ def enable() -> None:
     """Turns the device on (done at import): pushes the function mode that
     sees ``device="lazyfuse"``, ``.to()`` and autograd calls."""
     if not _enabled[0]:
-        _mode.__enter__()
+        _MODE.__enter__()
         _enabled[0] = True
 
 
 def disable() -> None:
     """Turns the device off, so plain CPU code pays nothing for it."""
     if _enabled[0]:
-        _mode.__exit__(None, None, None)
+        _MODE.__exit__(None, None, None)
         _enabled[0] = False
 
 

@@ -10,7 +10,6 @@ stays False): gradients are the runtime's, recorded with the forward ops.
 from __future__ import annotations
 
 import os
-import sys
 
 import torch
 
@@ -55,9 +54,6 @@ def dtype_name(dtype: torch.dtype) -> str:
         ) from None
 
 
-_make = torch.Tensor._make_wrapper_subclass
-
-
 class LazyTensor(torch.Tensor):
     """A tensor on the ``lazyfuse`` device: ops on it are recorded, fused and
     compiled by the runtime; reading it (``.item()``, ``.cpu()``, ``print``)
@@ -92,11 +88,23 @@ class LazyTensor(torch.Tensor):
         return self._t.__dlpack_device__()
 
 
-def wrap(h) -> LazyTensor:
-    """A ``LazyTensor`` around runtime handle ``h``."""
-    r = _make(LazyTensor, h.shape, dtype=NAME_TO_TORCH[h.dtype], device="meta")
-    r._t = h
-    return r
+# Wrapping (``wrap``) and finding the user's line (``set_site``, ``where``)
+# run in Rust, on every op: see ``python/src/fast.rs``.
+_PKG = os.path.dirname(os.path.abspath(__file__))
+_TORCH = os.path.dirname(os.path.abspath(torch.__file__))
+_SKIP = (_PKG, _TORCH, "<frozen", "<string>")
+_META = torch.device("meta")
+_C.install(
+    LazyTensor,
+    torch.Tensor._make_wrapper_subclass,
+    {name: {"dtype": dt, "device": _META} for dt, name in TORCH_TO_NAME.items()},
+    torch.Tensor,
+    torch.is_grad_enabled,
+    list(_SKIP),
+)
+
+wrap = _C.wrap
+"""``wrap(h)``: the ``LazyTensor`` around runtime handle ``h``."""
 
 
 def upload(x: torch.Tensor):
@@ -121,56 +129,21 @@ def download(h) -> torch.Tensor:
 
 # --- the user's line ------------------------------------------------------
 
-_PKG = os.path.dirname(os.path.abspath(__file__))
-_TORCH = os.path.dirname(os.path.abspath(torch.__file__))
-_SKIP = (_PKG, _TORCH, "<frozen", "<string>")
-_SKIP_CODE: dict = {}
-_SITES: dict = {}
-
-
-def _user_frame():
-    f = sys._getframe(2)
-    skip = _SKIP_CODE
-    while f is not None:
-        code = f.f_code
-        s = skip.get(code)
-        if s is None:
-            s = skip[code] = code.co_filename.startswith(_SKIP)
-        if not s:
-            return f
-        f = f.f_back
-    return None
-
-
-def set_site(op: str) -> None:
-    """Declares the user's Python line as the site of the ops recorded for
-    PyTorch op ``op``: errors, output selection and dynamic-shape buckets
-    key on it."""
-    f = _user_frame()
-    if f is None:
-        _C.set_site(None)
-        return
-    key = (f.f_code, f.f_lineno, op)
-    s = _SITES.get(key)
-    if s is None:
-        s = _SITES[key] = _C.Site(f.f_code.co_filename, f.f_lineno, op)
-    _C.set_site(s)
+set_site = _C.set_site_here
+"""``set_site(op)``: declares the user's Python line (the innermost frame
+outside this package and PyTorch) as the site of the ops recorded next for
+PyTorch op ``op``: errors, output selection and dynamic-shape buckets key
+on it."""
 
 
 def where() -> str:
-    f = _user_frame()
-    return "<unknown>" if f is None else f"{f.f_code.co_filename}:{f.f_lineno}"
+    """``file:line`` of the user's Python line, for error messages."""
+    w = _C.user_line()
+    return "<unknown>" if w is None else f"{w[0]}:{w[1]}"
 
 
 # --- grad mode --------------------------------------------------------------
 
-_grad = [True]
-
-
 def sync_grad_mode() -> None:
-    """Mirrors ``torch.is_grad_enabled()`` into the runtime (cheap when it
-    has not changed)."""
-    g = torch.is_grad_enabled()
-    if g is not _grad[0]:
-        _grad[0] = g
-        _C.set_grad_enabled(g)
+    """Mirrors ``torch.is_grad_enabled()`` into the runtime."""
+    _C.set_grad_enabled(torch.is_grad_enabled())

@@ -161,25 +161,31 @@ _LIST_FIRST = {torch.autograd.grad, torch.autograd.backward}
 # Functions whose lowering takes the function's own arguments: recorded
 # here, without the trip through ATen.
 FAST = {}
+# The float elementwise ones Rust records without calling the lowering
+# (``python/src/fast.rs``): ``("unary", op)`` or ``("binary", op)``, the
+# runtime op the lowering itself would record for float operands.
+NATIVE = {}
 
 
-def _fast(funcs, low):
+def _fast(funcs, low, native=None):
     for f in funcs:
         FAST[f] = low
+        if native is not None:
+            NATIVE[f] = native
 
 
-_fast([T.add, T.__add__, torch.add, T.__radd__], ew.add)
-_fast([T.sub, T.__sub__, torch.sub], ew.sub)
+_fast([T.add, T.__add__, torch.add, T.__radd__], ew.add, ("binary", "add"))
+_fast([T.sub, T.__sub__, torch.sub], ew.sub, ("binary", "sub"))
 _fast([T.__rsub__], lambda a, b: ew.binary("sub", b, a))
-_fast([T.mul, T.__mul__, torch.mul, T.__rmul__], ew.mul)
-_fast([T.div, T.__truediv__, torch.div], ew.div)
+_fast([T.mul, T.__mul__, torch.mul, T.__rmul__], ew.mul, ("binary", "mul"))
+_fast([T.div, T.__truediv__, torch.div], ew.div, ("binary", "div"))
 _fast([T.__rtruediv__], lambda a, b: ew.div(b, a))
-_fast([T.__neg__, T.neg, torch.neg], lambda x: x.unary("neg"))
+_fast([T.__neg__, T.neg, torch.neg], lambda x: x.unary("neg"), ("unary", "neg"))
 _fast([T.__matmul__, T.matmul, torch.matmul], nn.matmul)
 _fast([T.pow, T.__pow__, torch.pow], ew.pow_)
 for _n in ["exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "sin", "cos", "abs"]:
-    _fast([getattr(T, _n), getattr(torch, _n)], TABLE[_n])
-_fast([torch.relu, T.relu, F.relu], lambda x, inplace=False: x.unary("relu"))
+    _fast([getattr(T, _n), getattr(torch, _n)], TABLE[_n], ("unary", _n))
+_fast([torch.relu, T.relu, F.relu], lambda x, inplace=False: x.unary("relu"), ("unary", "relu"))
 _fast([F.gelu], ew.gelu)
 _fast([F.silu], lambda x, inplace=False: ew.silu(x))
 _fast([F.linear], lambda input, weight, bias=None: nn.linear(input, weight, bias))
@@ -204,7 +210,7 @@ _fast([T.clamp, torch.clamp, T.clip, torch.clip], ew.clamp)
 for _n, _op in [("eq", "eq"), ("ne", "ne"), ("lt", "lt"), ("le", "le"), ("gt", "gt"), ("ge", "ge")]:
     _fast([getattr(T, _n), getattr(T, f"__{_n}__"), getattr(torch, _n)],
           lambda a, b, _op=_op: ew.binary(_op, a, b))
-_fast([T.maximum, torch.maximum], lambda a, b: ew.binary("maximum", a, b))
+_fast([T.maximum, torch.maximum], lambda a, b: ew.binary("maximum", a, b), ("binary", "maximum"))
 # Same-signature functions: the ATen lowering of the same name.
 for _n in ["square", "reciprocal", "log1p", "expm1", "ceil", "trunc", "sign", "floor", "rsqrt",
            "unsqueeze", "squeeze", "t", "flatten", "split", "chunk", "amax", "amin", "argmax",
@@ -218,7 +224,8 @@ _fast([T.float], lambda x, memory_format=None: cast(x, "float32"))
 _fast([F.max_pool2d], more.max_pool2d)
 _fast([F.avg_pool2d], TABLE["avg_pool2d"])
 _fast([T.type_as], lambda x, other: cast(x, other.dtype))
-_fast([T.minimum, torch.minimum], lambda a, b: ew.binary("minimum", a, b))
+_fast([T.minimum, torch.minimum], lambda a, b: ew.binary("minimum", a, b),
+      ("binary", "minimum"))
 _fast([T.sum, torch.sum], reduce.sum_)
 _fast([T.mean, torch.mean], reduce.mean)
 
@@ -248,6 +255,9 @@ class LazyfuseMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if _is_compiling():
             return _while_compiling(self, func, types, args, kwargs)
+        r = _rust_fast(func, args, kwargs)
+        if r is not None:
+            return r
         return self._intercept(func, types, args, kwargs)
 
     def _intercept(self, func, types, args=(), kwargs=None):
@@ -312,6 +322,13 @@ class LazyfuseMode(TorchFunctionMode):
 
 
 _is_compiling = torch.compiler.is_compiling
+# The hot functions on the device run in Rust: the user's line, grad mode,
+# unwrapping, recording and wrapping (``python/src/fast.rs``); ``None``
+# there sends the call to ``_intercept``, whose lowerings are the same.
+_rust_fast = _C.fast
+_C.install_fast_path(wrap_out, [
+    (f, getattr(f, "__name__", "op"), low, NATIVE.get(f)) for f, low in FAST.items()
+])
 
 
 def _touches_device(args, kwargs) -> bool:

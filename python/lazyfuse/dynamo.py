@@ -191,9 +191,6 @@ class LoweredGraph:
         finally:
             _C.set_site(None)
             _C.set_grad_enabled(was)
-            from . import _core
-
-            _core._grad[0] = was
         outs = torch.fx.node.map_arg(self.output.args[0], env.__getitem__)
         if on_device:
             return tuple(_wrap(o) if type(o) is H else o for o in outs)

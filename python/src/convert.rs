@@ -35,7 +35,12 @@ thread_local! {
 #[pyfunction]
 #[pyo3(signature = (site=None))]
 pub fn set_site(site: Option<&Bound<'_, Site>>) {
-    SITE.with(|s| s.set(site.map(|s| s.get().0)));
+    set_origin(site.map(|s| s.get().0));
+}
+
+/// Declares `o` as the site of the ops recorded next on this thread.
+pub fn set_origin(o: Option<Origin>) {
+    SITE.with(|s| s.set(o));
 }
 
 /// Runs `f` with its ops and errors located at the declared site (the

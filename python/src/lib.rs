@@ -13,6 +13,7 @@ mod conv;
 mod convert;
 mod custom;
 mod dlpack;
+mod fast;
 mod grad;
 mod ops;
 mod runtime;
@@ -38,5 +39,6 @@ fn init_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     custom::register(m)?;
     conv::register(m)?;
     grad::register(m)?;
+    fast::register(m)?;
     Ok(())
 }

@@ -128,6 +128,12 @@ thread_local! {
 /// package calls it when `torch.is_grad_enabled()` changes.
 #[pyfunction]
 fn set_grad_enabled(on: bool) {
+    mirror_grad_mode(on)
+}
+
+/// Turns the runtime's grad mode on this thread on or off (cheap when it
+/// already is).
+pub fn mirror_grad_mode(on: bool) {
     NO_GRAD.with(|g| {
         let mut g = g.borrow_mut();
         match (on, g.is_some()) {

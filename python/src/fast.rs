@@ -1,0 +1,480 @@
+//! The fused eager device's per-op path, in Rust: what each PyTorch call
+//! on a `LazyTensor` costs before the runtime records it.
+//!
+//! The device's `TorchFunctionMode` sees every PyTorch function call; for
+//! the hot functions (arithmetic, activations, views, `F.linear`, ...) it
+//! hands the call to [`fast`], which finds the user's line, mirrors grad
+//! mode, unwraps the operands, records the op (directly for float
+//! elementwise ops, else through the package's Python lowering) and wraps
+//! the result, without running the package's Python per op. Anything it
+//! does not take (a CPU tensor operand, a list of tensors, an unusual
+//! spelling) it declines with `None` and the mode's Python path handles
+//! it, so the two paths give the same answers by construction: the fast
+//! one only skips interpretation, never changes a lowering's semantics.
+//!
+//! The user's line (the first frame outside the package and PyTorch) is
+//! found here for both paths ([`set_site_here`], [`user_line`]).
+
+use crate::convert::at;
+use crate::ops::PyTensor;
+use lazyfuse::{DType, Origin, Tensor};
+use pyo3::exceptions::PyTypeError;
+use pyo3::ffi;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// An op the fast path records without Python, for float operands.
+#[derive(Clone, Copy)]
+enum Native {
+    Unary(fn(&Tensor) -> lazyfuse::Result<Tensor>),
+    Binary(Bin),
+}
+
+#[derive(Clone, Copy)]
+enum Bin {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Maximum,
+    Minimum,
+}
+
+/// One PyTorch function the fast path takes.
+struct Entry {
+    /// The site label (the function's name), as the Python path names it.
+    op: String,
+    /// The package's lowering: takes the call's arguments with tensors as
+    /// runtime handles.
+    lowering: Py<PyAny>,
+    native: Option<Native>,
+}
+
+/// What the package hands over once at import.
+struct Hooks {
+    /// `LazyTensor`, and `torch.Tensor._make_wrapper_subclass`.
+    cls: Py<PyType>,
+    make: Py<PyAny>,
+    /// `{"dtype": ..., "device": meta}` per runtime dtype, by `DType` index.
+    dtype_kw: Vec<Py<PyDict>>,
+    torch_tensor: Py<PyType>,
+    is_grad_enabled: Py<PyAny>,
+    /// File-name prefixes that are not the user's code.
+    skip: Vec<String>,
+}
+
+/// The functions the fast path takes, installed by the device's mode.
+struct Table {
+    /// The package's wrapper for tuple and list results.
+    wrap_out: Py<PyAny>,
+    /// By the function object's address (the table keeps a reference to
+    /// each function, so the address stays its own).
+    map: HashMap<usize, (Py<PyAny>, Entry)>,
+}
+
+static HOOKS: PyOnceLock<Hooks> = PyOnceLock::new();
+static TABLE: PyOnceLock<Table> = PyOnceLock::new();
+
+/// Per code object: whether it is skipped, keeping the code alive so its
+/// address is never reused for another.
+type CodeCache = HashMap<usize, (Py<PyAny>, bool)>;
+static CODES: Mutex<Option<CodeCache>> = Mutex::new(None);
+/// Interned sites by (code address, line, label).
+type SiteCache = HashMap<(usize, i32), Vec<(Box<str>, Origin)>>;
+static SITES: Mutex<Option<SiteCache>> = Mutex::new(None);
+
+const DTYPES: [DType; 8] = [
+    DType::F32,
+    DType::F64,
+    DType::BF16,
+    DType::F16,
+    DType::I32,
+    DType::I64,
+    DType::U8,
+    DType::Bool,
+];
+
+fn dtype_index(d: DType) -> usize {
+    DTYPES.iter().position(|x| *x == d).unwrap_or(0)
+}
+
+fn hooks(py: Python<'_>) -> PyResult<&Hooks> {
+    HOOKS
+        .get(py)
+        .ok_or_else(|| PyTypeError::new_err("lazyfuse: the device's fast path is not installed"))
+}
+
+/// Installs what wrapping and finding the user's line need: the
+/// `LazyTensor` class, `torch.Tensor._make_wrapper_subclass` and its
+/// keywords per dtype name, `torch.Tensor`, `torch.is_grad_enabled` and
+/// the file-name prefixes that are not user code.
+#[pyfunction]
+fn install(
+    py: Python<'_>,
+    cls: Bound<'_, PyType>,
+    make: Bound<'_, PyAny>,
+    dtype_kw: Bound<'_, PyDict>,
+    torch_tensor: Bound<'_, PyType>,
+    is_grad_enabled: Bound<'_, PyAny>,
+    skip: Vec<String>,
+) -> PyResult<()> {
+    let mut kws = Vec::new();
+    for d in DTYPES {
+        let kw = dtype_kw
+            .get_item(crate::convert::dtype_name(d))?
+            .ok_or_else(|| PyTypeError::new_err("lazyfuse: a dtype is missing"))?;
+        kws.push(kw.cast_into::<PyDict>()?.unbind());
+    }
+    let hooks = Hooks {
+        cls: cls.unbind(),
+        make: make.unbind(),
+        dtype_kw: kws,
+        torch_tensor: torch_tensor.unbind(),
+        is_grad_enabled: is_grad_enabled.unbind(),
+        skip,
+    };
+    HOOKS
+        .set(py, hooks)
+        .map_err(|_| PyTypeError::new_err("lazyfuse: the device is installed once"))
+}
+
+/// `(function, label, lowering, native)` as the package registers them.
+type FastEntry<'py> = (
+    Bound<'py, PyAny>,
+    String,
+    Bound<'py, PyAny>,
+    Option<(String, String)>,
+);
+
+/// Installs the functions the fast path takes: `entries` are `(function,
+/// label, lowering, native)` with `native` `None`, `("unary", op)` or
+/// `("binary", op)`; `wrap_out` wraps tuple and list results.
+#[pyfunction]
+fn install_fast_path(
+    py: Python<'_>,
+    wrap_out: Bound<'_, PyAny>,
+    entries: Vec<FastEntry<'_>>,
+) -> PyResult<()> {
+    let mut map = HashMap::new();
+    for (func, op, lowering, native) in entries {
+        let native = match native {
+            None => None,
+            Some((kind, name)) => Some(native_op(&kind, &name)?),
+        };
+        let entry = Entry {
+            op,
+            lowering: lowering.unbind(),
+            native,
+        };
+        map.insert(func.as_ptr() as usize, (func.unbind(), entry));
+    }
+    let table = Table {
+        wrap_out: wrap_out.unbind(),
+        map,
+    };
+    TABLE
+        .set(py, table)
+        .map_err(|_| PyTypeError::new_err("lazyfuse: the fast path is installed once"))
+}
+
+fn native_op(kind: &str, name: &str) -> PyResult<Native> {
+    let bad = || PyTypeError::new_err(format!("lazyfuse: no native {kind} op {name}"));
+    Ok(match kind {
+        "unary" => Native::Unary(match name {
+            "neg" => Tensor::neg,
+            "abs" => Tensor::abs,
+            "exp" => Tensor::exp,
+            "log" => Tensor::log,
+            "sqrt" => Tensor::sqrt,
+            "rsqrt" => Tensor::rsqrt,
+            "tanh" => Tensor::tanh,
+            "sigmoid" => Tensor::sigmoid,
+            "relu" => Tensor::relu,
+            "sin" => Tensor::sin,
+            "cos" => Tensor::cos,
+            _ => return Err(bad()),
+        }),
+        "binary" => Native::Binary(match name {
+            "add" => Bin::Add,
+            "sub" => Bin::Sub,
+            "mul" => Bin::Mul,
+            "div" => Bin::Div,
+            "maximum" => Bin::Maximum,
+            "minimum" => Bin::Minimum,
+            _ => return Err(bad()),
+        }),
+        _ => return Err(bad()),
+    })
+}
+
+/// A `LazyTensor` around runtime tensor `t` (a `torch.Tensor` wrapper
+/// subclass whose metadata is the runtime tensor's shape and dtype).
+pub fn wrap_tensor<'py>(py: Python<'py>, t: Tensor) -> PyResult<Bound<'py, PyAny>> {
+    let h = hooks(py)?;
+    let shape = PyTuple::new(py, t.dims())?;
+    let kw = h.dtype_kw[dtype_index(t.dtype())].bind(py);
+    let obj = h.make.bind(py).call((h.cls.bind(py), shape), Some(kw))?;
+    obj.setattr(intern!(py, "_t"), Bound::new(py, PyTensor::new(t))?)?;
+    Ok(obj)
+}
+
+/// `wrap(h)`: the `LazyTensor` around handle `h`.
+#[pyfunction]
+fn wrap<'py>(py: Python<'py>, h: &Bound<'py, PyTensor>) -> PyResult<Bound<'py, PyAny>> {
+    wrap_tensor(py, h.get().t.clone())
+}
+
+/// The innermost frame outside the package and PyTorch: its code object
+/// and line.
+fn user_frame<'py>(py: Python<'py>, h: &Hooks) -> PyResult<Option<(Bound<'py, PyAny>, i32)>> {
+    // SAFETY: with the GIL held, `PyEval_GetFrame` returns the running
+    // thread's current frame, borrowed (or null at the top level).
+    let mut frame = unsafe {
+        Bound::from_borrowed_ptr_or_opt(py, ffi::PyEval_GetFrame() as *mut ffi::PyObject)
+    };
+    while let Some(f) = frame {
+        // SAFETY: `f` is a live frame object; `PyFrame_GetCode` returns a
+        // new reference to its code object.
+        let code = unsafe {
+            Bound::from_owned_ptr(
+                py,
+                ffi::PyFrame_GetCode(f.as_ptr() as *mut ffi::PyFrameObject) as *mut ffi::PyObject,
+            )
+        };
+        if !skipped(py, h, &code)? {
+            // SAFETY: as above.
+            let line = unsafe { ffi::PyFrame_GetLineNumber(f.as_ptr() as *mut ffi::PyFrameObject) };
+            return Ok(Some((code, line)));
+        }
+        let back = f.getattr(intern!(py, "f_back"))?;
+        frame = if back.is_none() { None } else { Some(back) };
+    }
+    Ok(None)
+}
+
+fn skipped(py: Python<'_>, h: &Hooks, code: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let key = code.as_ptr() as usize;
+    {
+        let codes = CODES.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, s)) = codes.as_ref().and_then(|c| c.get(&key)) {
+            return Ok(*s);
+        }
+    }
+    let file = code.getattr(intern!(py, "co_filename"))?;
+    let file = file.cast::<PyString>()?.to_cow()?;
+    let s = h.skip.iter().any(|p| file.starts_with(p.as_str()));
+    let mut codes = CODES.lock().unwrap_or_else(|e| e.into_inner());
+    codes
+        .get_or_insert_with(HashMap::new)
+        .insert(key, (code.clone().unbind(), s));
+    Ok(s)
+}
+
+/// The site of op `label` at the user's line (interned per code, line and
+/// label), or `None` outside any user frame.
+fn site_here(py: Python<'_>, h: &Hooks, label: &str) -> PyResult<Option<Origin>> {
+    let Some((code, line)) = user_frame(py, h)? else {
+        return Ok(None);
+    };
+    let key = (code.as_ptr() as usize, line);
+    {
+        let sites = SITES.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(v) = sites.as_ref().and_then(|s| s.get(&key)) {
+            if let Some((_, o)) = v.iter().find(|(l, _)| &**l == label) {
+                return Ok(Some(*o));
+            }
+        }
+    }
+    let file = code.getattr(intern!(py, "co_filename"))?;
+    let o = Origin::site(
+        &file.cast::<PyString>()?.to_cow()?,
+        line.max(0) as u32,
+        0,
+        label,
+    );
+    let mut sites = SITES.lock().unwrap_or_else(|e| e.into_inner());
+    sites
+        .get_or_insert_with(HashMap::new)
+        .entry(key)
+        .or_default()
+        .push((label.into(), o));
+    Ok(Some(o))
+}
+
+/// Declares the user's line as the site of the ops recorded next for
+/// PyTorch op `op`.
+#[pyfunction]
+fn set_site_here(py: Python<'_>, op: &str) -> PyResult<()> {
+    let o = site_here(py, hooks(py)?, op)?;
+    crate::convert::set_origin(o);
+    Ok(())
+}
+
+/// `(file, line)` of the user's line, for error messages.
+#[pyfunction]
+fn user_line(py: Python<'_>) -> PyResult<Option<(String, i32)>> {
+    let Some((code, line)) = user_frame(py, hooks(py)?)? else {
+        return Ok(None);
+    };
+    let file: String = code.getattr(intern!(py, "co_filename"))?.extract()?;
+    Ok(Some((file, line)))
+}
+
+/// An operand unwrapped for a lowering, or `None` where the Python path
+/// must take the call (a CPU tensor, tensors inside a list).
+fn unwrap<'py>(
+    py: Python<'py>,
+    h: &Hooks,
+    x: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    if x.is_exact_instance(h.cls.bind(py)) {
+        return Ok(Some(x.getattr(intern!(py, "_t"))?));
+    }
+    if x.is_exact_instance_of::<PyFloat>()
+        || x.is_exact_instance_of::<PyInt>()
+        || x.is_exact_instance_of::<PyBool>()
+        || x.is_none()
+        || x.is_exact_instance_of::<PyString>()
+    {
+        return Ok(Some(x.clone()));
+    }
+    if x.is_exact_instance_of::<PyTuple>() || x.is_exact_instance_of::<PyList>() {
+        for v in x.try_iter()? {
+            let v = v?;
+            if v.is_instance(h.torch_tensor.bind(py))? || v.is_exact_instance_of::<PyList>() {
+                return Ok(None);
+            }
+        }
+        return Ok(Some(x.clone()));
+    }
+    if x.is_instance(h.torch_tensor.bind(py))? {
+        return Ok(None);
+    }
+    Ok(Some(x.clone()))
+}
+
+/// The float elementwise op, recorded directly, or `None` where the
+/// operands need the lowering's type promotion.
+fn native(n: Native, args: &[Bound<'_, PyAny>]) -> PyResult<Option<Tensor>> {
+    let Ok(a) = args[0].cast::<PyTensor>() else {
+        return Ok(None);
+    };
+    let a = &a.get().t;
+    if !a.dtype().is_float() {
+        return Ok(None);
+    }
+    match (n, args.len()) {
+        (Native::Unary(f), 1) => at(|| f(a)).map(Some),
+        (Native::Binary(op), 2) => {
+            let b = &args[1];
+            macro_rules! go {
+                ($r:expr) => {{
+                    let r = $r;
+                    at(|| match op {
+                        Bin::Add => a.add(r),
+                        Bin::Sub => a.sub(r),
+                        Bin::Mul => a.mul(r),
+                        Bin::Div => a.div(r),
+                        Bin::Maximum => a.maximum(r),
+                        Bin::Minimum => a.minimum(r),
+                    })
+                    .map(Some)
+                }};
+            }
+            if let Ok(t) = b.cast::<PyTensor>() {
+                let t = &t.get().t;
+                if t.dtype() == a.dtype() {
+                    return go!(t);
+                }
+            } else if b.is_exact_instance_of::<PyFloat>() {
+                return go!(b.cast::<PyFloat>()?.value());
+            } else if b.is_exact_instance_of::<PyInt>() {
+                if let Ok(i) = b.extract::<i64>() {
+                    return go!(i);
+                }
+            }
+            Ok(None)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The device's hot path for PyTorch function `func` called with `args`
+/// and `kwargs`: the recorded result as `LazyTensor`s, or `None` when the
+/// Python path must take the call.
+#[pyfunction]
+#[pyo3(signature = (func, args, kwargs=None))]
+fn fast<'py>(
+    py: Python<'py>,
+    func: &Bound<'py, PyAny>,
+    args: &Bound<'py, PyTuple>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let (Some(h), Some(table)) = (HOOKS.get(py), TABLE.get(py)) else {
+        return Ok(None);
+    };
+    let Some((_, e)) = table.map.get(&(func.as_ptr() as usize)) else {
+        return Ok(None);
+    };
+    if args.is_empty() || !args.get_item(0)?.is_exact_instance(h.cls.bind(py)) {
+        return Ok(None);
+    }
+    let mut a = Vec::with_capacity(args.len());
+    for x in args.iter() {
+        match unwrap(py, h, &x)? {
+            Some(v) => a.push(v),
+            None => return Ok(None),
+        }
+    }
+    let kw = match kwargs {
+        Some(k) if !k.is_empty() => {
+            let d = PyDict::new(py);
+            for (key, v) in k.iter() {
+                match unwrap(py, h, &v)? {
+                    Some(v) => d.set_item(key, v)?,
+                    None => return Ok(None),
+                }
+            }
+            Some(d)
+        }
+        _ => None,
+    };
+    crate::convert::set_origin(site_here(py, h, &e.op)?);
+    let on = h.is_grad_enabled.bind(py).call0()?.is_truthy()?;
+    crate::runtime::mirror_grad_mode(on);
+    if kw.is_none() {
+        if let Some(n) = e.native {
+            if let Some(t) = native(n, &a)? {
+                return wrap_tensor(py, t).map(Some);
+            }
+        }
+    }
+    let r = match e.lowering.bind(py).call(PyTuple::new(py, a)?, kw.as_ref()) {
+        Ok(r) => r,
+        // A spelling the fast lowering does not take (a keyword it names
+        // otherwise): ATen's path handles every one.
+        Err(err) if err.is_instance_of::<PyTypeError>(py) => return Ok(None),
+        Err(err) => return Err(err),
+    };
+    if let Ok(t) = r.cast::<PyTensor>() {
+        return wrap_tensor(py, t.get().t.clone()).map(Some);
+    }
+    if r.is_none() {
+        return Ok(None);
+    }
+    table.wrap_out.bind(py).call1((r,)).map(Some)
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(install, m)?)?;
+    m.add_function(wrap_pyfunction!(install_fast_path, m)?)?;
+    m.add_function(wrap_pyfunction!(fast, m)?)?;
+    m.add_function(wrap_pyfunction!(wrap, m)?)?;
+    m.add_function(wrap_pyfunction!(set_site_here, m)?)?;
+    m.add_function(wrap_pyfunction!(user_line, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,120 @@
+"""The device's per-op hot path in Rust (``python/src/fast.rs``): it takes
+the common calls, gives the bits the package's Python path gives, keeps
+grad mode and the user's line right, and declines what it cannot take."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lazyfuse
+from lazyfuse import _mode
+
+
+
+def line_of(marker):
+    src = open(__file__).read().splitlines()
+    return next(i + 1 for i, l in enumerate(src) if marker in l and "line_of" not in l)
+
+
+def _python_path_only(monkeypatch):
+    monkeypatch.setattr(_mode, "_rust_fast", lambda func, args, kwargs: None)
+
+
+def _programs():
+    torch.manual_seed(0)
+    f32 = torch.randn(5, 7)
+    f64 = torch.randn(5, 7, dtype=torch.float64)
+    i64 = torch.randint(-5, 5, (5, 7))
+    b = torch.rand(5, 7) > 0.5
+    s32 = torch.tensor(1.5)
+    return {
+        "float arithmetic with scalars": (lambda x: (x * 1.0001 + 2 - x / 3) * -x, f32),
+        "reflected scalars": (lambda x: 2.0 - x + 3 * x - 1 / (x.abs() + 1), f32),
+        "unary chain": (lambda x: torch.tanh(x).exp().sqrt().log() + x.sigmoid().sin().cos(), f32),
+        "float64": (lambda x: torch.rsqrt(x.abs() + 1) * x - x.neg(), f64),
+        "relu and friends": (lambda x: F.relu(x) + torch.relu(-x) + x.relu(), f32),
+        "int tensor and float scalar promote": (lambda x: x * 1.5 + x / 2, i64),
+        "int tensor and int scalar": (lambda x: x * 3 + 1 - x, i64),
+        "bool arithmetic": (lambda x: (x * x) + x, b),
+        "mixed float dtypes promote": (lambda x: x + x.to(torch.float64), f32),
+        "0-dim operand": (lambda x: x * s32.to(x.device) + torch.maximum(x, x * 0.5), f32),
+        "keywords go through the lowering": (lambda x: torch.add(x, x, alpha=2) + x.sum(-1, keepdim=True), f32),
+        "views": (lambda x: x.view(35).reshape(7, 5).transpose(0, 1).permute(1, 0) * 2, f32),
+    }
+
+
+@pytest.mark.parametrize("name", list(_programs()))
+def test_the_fast_path_gives_the_python_paths_bits_and_pytorchs_values(name, monkeypatch):
+    fn, x = _programs()[name]
+    want = fn(x)
+    fast = fn(x.to("lazyfuse")).cpu()
+    with monkeypatch.context() as m:
+        _python_path_only(m)
+        slow = fn(x.to("lazyfuse")).cpu()
+    assert fast.dtype == slow.dtype == want.dtype
+    assert torch.equal(fast, slow) or (fast.isnan() == slow.isnan()).all() and torch.equal(
+        fast.nan_to_num(), slow.nan_to_num())
+    torch.testing.assert_close(fast, want, equal_nan=True)
+
+
+def test_common_calls_do_not_reach_the_python_path(monkeypatch):
+    seen = []
+    real = _mode.LazyfuseMode._intercept
+
+    def counting(self, func, types, args=(), kwargs=None):
+        seen.append(getattr(func, "__name__", func))
+        return real(self, func, types, args, kwargs)
+
+    x = torch.randn(4, 8).to("lazyfuse")
+    w = torch.randn(8, 8).to("lazyfuse")
+    monkeypatch.setattr(_mode.LazyfuseMode, "_intercept", counting)
+    y = torch.tanh(x * 0.5 + 1.0) - x / 2
+    y = F.linear(y, w).relu()
+    y = torch.softmax(y, dim=-1).view(32)
+    assert seen == []
+    y.sum().item()  # a read goes through the Python path
+    assert seen
+
+
+def test_a_native_ops_error_names_the_users_line():
+    a = torch.ones(2, 3, device="lazyfuse")
+    b = torch.ones(4, 5, device="lazyfuse")
+    with pytest.raises(lazyfuse.LazyfuseError) as e:
+        a + b  # NATIVE-ADD-LINE
+    assert f"test_fast_path.py:{line_of('NATIVE-ADD-LINE')}" in str(e.value)
+
+
+def test_an_error_inside_a_torch_python_function_names_the_users_line():
+    x = torch.ones(2, 3, device="lazyfuse")
+    w = torch.ones(4, device="lazyfuse")
+    with pytest.raises(lazyfuse.LazyfuseError) as e:
+        F.layer_norm(x, (3,), w)  # LAYER-NORM-LINE
+    assert f"test_fast_path.py:{line_of('LAYER-NORM-LINE')}" in str(e.value)
+
+
+def test_grad_mode_follows_torch_on_both_paths():
+    x = torch.randn(3).to("lazyfuse").requires_grad_()
+    assert (x * 2).requires_grad
+    with torch.no_grad():
+        assert not (x * 2).requires_grad  # fast path
+        assert not x.clamp_min(0).requires_grad  # through ATen
+    assert (x * 2).requires_grad
+    assert x.clamp_min(0).requires_grad
+    torch.set_grad_enabled(False)
+    try:
+        assert not torch.tanh(x).requires_grad
+    finally:
+        torch.set_grad_enabled(True)
+    y = torch.tanh(x)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), 1 - torch.tanh(x.detach().cpu()) ** 2)
+
+
+def test_cpu_operands_and_lists_are_declined_not_mixed_up():
+    x = torch.randn(3).to("lazyfuse")
+    # A CPU 0-dim tensor mixes with any device, as in PyTorch.
+    got = (x * torch.tensor(2.0)).cpu()
+    torch.testing.assert_close(got, x.cpu() * 2)
+    with pytest.raises(lazyfuse.LazyfuseError, match="lazyfuse device"):
+        x + torch.ones(3)
+    assert torch.equal(torch.cat([x, x]).cpu(), torch.cat([x.cpu(), x.cpu()]))
