@@ -97,7 +97,9 @@ _META = torch.device("meta")
 _C.install(
     LazyTensor,
     torch.Tensor._make_wrapper_subclass,
-    {name: {"dtype": dt, "device": _META} for dt, name in TORCH_TO_NAME.items()},
+    {name: dt for dt, name in TORCH_TO_NAME.items()},
+    torch.strided,
+    _META,
     torch.Tensor,
     torch.is_grad_enabled,
     list(_SKIP),

@@ -234,7 +234,10 @@ def _overload_for(op, args):
     return getattr(op, "default", None) or getattr(op, names[0])
 
 
-def _inplace(func, name, args, kwargs, overload=None):
+def _inplace(func, name, args, kwargs, overload=None, fallback=True):
+    """In-place ATen op ``name`` (``add_``): the out-of-place value swapped
+    into ``args[0]``. Without a lowering: the CPU fallback, or None when
+    ``fallback`` is False (the function-level path then gives way)."""
     self = args[0]
     base = _INPLACE_BASE.get(name)
     uargs = unwrap(args)
@@ -248,7 +251,7 @@ def _inplace(func, name, args, kwargs, overload=None):
     else:
         new = base(*uargs, **ukw)
     if new is None:
-        return _fallback(func, args, kwargs)
+        return _fallback(func, args, kwargs) if fallback else None
     old = self._t
     if tuple(new.shape) != tuple(old.shape):
         new = shape.expand(new, old.shape)
@@ -260,6 +263,22 @@ def _inplace(func, name, args, kwargs, overload=None):
         )
     self._t = old.carry_leaf(new)
     return self
+
+
+def inplace_method(name):
+    """``x.<name>(...)`` for in-place method ``name`` (``add_``), taken at
+    the function level (one Python call, not ATen's dispatch): the same
+    ``_inplace`` as ATen's path, which handles what this declines."""
+    op = getattr(torch.ops.aten, name[:-1], None)
+    if name not in _INPLACE_BASE and op is None:
+        return None
+
+    def run(self, *args, **kwargs):
+        full = (self,) + args
+        overload = None if op is None else _overload_for(op, full)
+        return _inplace(None, name, full, kwargs, overload, fallback=False)
+
+    return run
 
 
 def _fallback(func, args, kwargs):

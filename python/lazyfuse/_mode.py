@@ -17,7 +17,7 @@ from torch.overrides import TorchFunctionMode
 
 from . import _C
 from ._core import LazyTensor, download, dtype_name, set_site, sync_grad_mode, upload, where, wrap
-from ._dispatch import unwrap, wrap_out
+from ._dispatch import inplace_method, unwrap, wrap_out
 from ._lower import TABLE, cast, elementwise as ew, factory, more, nn, reduce, shape
 
 LazyfuseError = _C.LazyfuseError
@@ -229,6 +229,45 @@ _fast([T.minimum, torch.minimum], lambda a, b: ew.binary("minimum", a, b),
 _fast([T.sum, torch.sum], reduce.sum_)
 _fast([T.mean, torch.mean], reduce.mean)
 
+_fast([torch.cat, torch.concat, torch.concatenate], shape.cat)
+_fast([torch.stack], shape.stack)
+
+# Taken by the Rust path only (``_intercept`` never calls these): in-place
+# methods (on the call's own ``LazyTensor``s) and metadata.
+RUST_ONLY = {}
+
+# ``x[i]`` with basic indices; the rest (CPU index tensors, masks) through
+# ATen, so ``_intercept`` must not take it.
+RUST_ONLY[T.__getitem__] = (shape.getitem, None)
+
+# In-place methods: the out-of-place lowering's value swapped into the
+# tensor, called with the method's own arguments.
+for _n, _also in [("add_", ["__iadd__"]), ("sub_", ["__isub__"]), ("mul_", ["__imul__"]),
+                  ("div_", ["__itruediv__"]), ("addcmul_", []), ("addcdiv_", []), ("lerp_", []),
+                  ("clamp_", []), ("clamp_min_", []), ("clamp_max_", []), ("sqrt_", []),
+                  ("exp_", []), ("neg_", []), ("pow_", []), ("abs_", []), ("relu_", []),
+                  ("tanh_", []), ("sigmoid_", []), ("masked_fill_", []), ("zero_", []),
+                  ("fill_", [])]:
+    _run = inplace_method(_n)
+    if _run is not None:
+        for _m in [_n, *_also]:
+            if hasattr(T, _m):
+                RUST_ONLY[getattr(T, _m)] = (_run, ("raw", ""))
+
+# Metadata PyTorch answers from the wrapper itself: called as they are.
+# (Property getters by their descriptor: see ``fast.rs``.)
+for _f in [T.shape, T.dtype, T.ndim, T.layout, T.size, T.dim,
+           T.numel, T.nelement, T.ndimension, T.element_size, T.__len__, T.is_floating_point,
+           T.is_complex, T.is_contiguous, T.stride]:
+    RUST_ONLY[_f] = (None, ("pass", ""))
+
+# Getters answered by the runtime's tensor (a ``None`` gradient declines to
+# the Python path, which gives the same None).
+RUST_ONLY[T.device] = (lambda x: _DEVICE, ("raw", ""))
+RUST_ONLY[T.requires_grad] = (lambda x: x._t.requires_grad, ("raw", ""))
+RUST_ONLY[T.is_leaf] = (lambda x: x._t.is_leaf, ("raw", ""))
+RUST_ONLY[T.grad] = (_grad_get, ("raw", ""))
+
 # Factories: with ``device="lazyfuse"`` they create on the device.
 FACTORIES = {
     torch.zeros: factory.zeros,
@@ -328,7 +367,7 @@ _is_compiling = torch.compiler.is_compiling
 _rust_fast = _C.fast
 _C.install_fast_path(wrap_out, [
     (f, getattr(f, "__name__", "op"), low, NATIVE.get(f)) for f, low in FAST.items()
-])
+] + [(f, getattr(f, "__name__", "op"), low, kind) for f, (low, kind) in RUST_ONLY.items()])
 
 
 def _touches_device(args, kwargs) -> bool:

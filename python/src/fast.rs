@@ -44,14 +44,27 @@ enum Bin {
     Minimum,
 }
 
+/// How the fast path runs a function.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// The package's lowering, with tensors as runtime handles.
+    Lower,
+    /// Recorded directly for float operands, else as `Lower`.
+    Native(Native),
+    /// The package's function with the call's own arguments (in-place
+    /// methods, which swap the `LazyTensor`'s handle).
+    Raw,
+    /// Metadata PyTorch answers from the wrapper itself (`x.shape`,
+    /// `x.dim()`): the function is called as it is, nothing recorded.
+    Pass,
+}
+
 /// One PyTorch function the fast path takes.
 struct Entry {
     /// The site label (the function's name), as the Python path names it.
     op: String,
-    /// The package's lowering: takes the call's arguments with tensors as
-    /// runtime handles.
     lowering: Py<PyAny>,
-    native: Option<Native>,
+    kind: Kind,
 }
 
 /// What the package hands over once at import.
@@ -59,8 +72,12 @@ struct Hooks {
     /// `LazyTensor`, and `torch.Tensor._make_wrapper_subclass`.
     cls: Py<PyType>,
     make: Py<PyAny>,
-    /// `{"dtype": ..., "device": meta}` per runtime dtype, by `DType` index.
-    dtype_kw: Vec<Py<PyDict>>,
+    /// PyTorch's dtype per runtime dtype (by `DType` index), the strided
+    /// layout and the meta device: `_make_wrapper_subclass`'s positional
+    /// arguments (parsed faster than keywords).
+    dtypes: Vec<Py<PyAny>>,
+    layout: Py<PyAny>,
+    device: Py<PyAny>,
     torch_tensor: Py<PyType>,
     is_grad_enabled: Py<PyAny>,
     /// File-name prefixes that are not the user's code.
@@ -109,30 +126,35 @@ fn hooks(py: Python<'_>) -> PyResult<&Hooks> {
 }
 
 /// Installs what wrapping and finding the user's line need: the
-/// `LazyTensor` class, `torch.Tensor._make_wrapper_subclass` and its
-/// keywords per dtype name, `torch.Tensor`, `torch.is_grad_enabled` and
-/// the file-name prefixes that are not user code.
+/// `LazyTensor` class, `torch.Tensor._make_wrapper_subclass`, PyTorch's
+/// dtype per dtype name, `torch.strided`, the meta device, `torch.Tensor`,
+/// `torch.is_grad_enabled` and the file-name prefixes that are not user
+/// code.
 #[pyfunction]
 fn install(
     py: Python<'_>,
     cls: Bound<'_, PyType>,
     make: Bound<'_, PyAny>,
-    dtype_kw: Bound<'_, PyDict>,
+    dtypes: Bound<'_, PyDict>,
+    layout: Bound<'_, PyAny>,
+    device: Bound<'_, PyAny>,
     torch_tensor: Bound<'_, PyType>,
     is_grad_enabled: Bound<'_, PyAny>,
     skip: Vec<String>,
 ) -> PyResult<()> {
-    let mut kws = Vec::new();
+    let mut torch_dtypes = Vec::new();
     for d in DTYPES {
-        let kw = dtype_kw
+        let t = dtypes
             .get_item(crate::convert::dtype_name(d))?
             .ok_or_else(|| PyTypeError::new_err("lazyfuse: a dtype is missing"))?;
-        kws.push(kw.cast_into::<PyDict>()?.unbind());
+        torch_dtypes.push(t.unbind());
     }
     let hooks = Hooks {
         cls: cls.unbind(),
         make: make.unbind(),
-        dtype_kw: kws,
+        dtypes: torch_dtypes,
+        layout: layout.unbind(),
+        device: device.unbind(),
         torch_tensor: torch_tensor.unbind(),
         is_grad_enabled: is_grad_enabled.unbind(),
         skip,
@@ -142,7 +164,7 @@ fn install(
         .map_err(|_| PyTypeError::new_err("lazyfuse: the device is installed once"))
 }
 
-/// `(function, label, lowering, native)` as the package registers them.
+/// `(function, label, lowering, kind)` as the package registers them.
 type FastEntry<'py> = (
     Bound<'py, PyAny>,
     String,
@@ -151,8 +173,10 @@ type FastEntry<'py> = (
 );
 
 /// Installs the functions the fast path takes: `entries` are `(function,
-/// label, lowering, native)` with `native` `None`, `("unary", op)` or
-/// `("binary", op)`; `wrap_out` wraps tuple and list results.
+/// label, lowering, kind)` with `kind` `None` (the lowering, on handles),
+/// `("unary", op)` or `("binary", op)` (native for floats), `("raw", "")`
+/// (the lowering, on the call's own arguments) or `("pass", "")` (the
+/// function itself); `wrap_out` wraps tuple and list results.
 #[pyfunction]
 fn install_fast_path(
     py: Python<'_>,
@@ -160,15 +184,17 @@ fn install_fast_path(
     entries: Vec<FastEntry<'_>>,
 ) -> PyResult<()> {
     let mut map = HashMap::new();
-    for (func, op, lowering, native) in entries {
-        let native = match native {
-            None => None,
-            Some((kind, name)) => Some(native_op(&kind, &name)?),
+    for (func, op, lowering, kind) in entries {
+        let kind = match kind {
+            None => Kind::Lower,
+            Some((k, _)) if k == "raw" => Kind::Raw,
+            Some((k, _)) if k == "pass" => Kind::Pass,
+            Some((k, name)) => Kind::Native(native_op(&k, &name)?),
         };
         let entry = Entry {
             op,
             lowering: lowering.unbind(),
-            native,
+            kind,
         };
         map.insert(func.as_ptr() as usize, (func.unbind(), entry));
     }
@@ -216,8 +242,19 @@ fn native_op(kind: &str, name: &str) -> PyResult<Native> {
 pub fn wrap_tensor<'py>(py: Python<'py>, t: Tensor) -> PyResult<Bound<'py, PyAny>> {
     let h = hooks(py)?;
     let shape = PyTuple::new(py, t.dims())?;
-    let kw = h.dtype_kw[dtype_index(t.dtype())].bind(py);
-    let obj = h.make.bind(py).call((h.cls.bind(py), shape), Some(kw))?;
+    let dtype = h.dtypes[dtype_index(t.dtype())].bind(py);
+    let none = py.None();
+    let args = (
+        h.cls.bind(py),
+        shape,
+        &none,
+        &none,
+        &none,
+        dtype,
+        h.layout.bind(py),
+        h.device.bind(py),
+    );
+    let obj = h.make.bind(py).call1(args)?;
     obj.setattr(intern!(py, "_t"), Bound::new(py, PyTensor::new(t))?)?;
     Ok(obj)
 }
@@ -342,14 +379,34 @@ fn unwrap<'py>(
     {
         return Ok(Some(x.clone()));
     }
-    if x.is_exact_instance_of::<PyTuple>() || x.is_exact_instance_of::<PyList>() {
+    let tuple = x.is_exact_instance_of::<PyTuple>();
+    if tuple || x.is_exact_instance_of::<PyList>() {
+        // Plain values pass as they are; a list of `LazyTensor`s (`cat`'s
+        // operands) becomes a list of handles; any other tensor declines.
+        let (mut plain, mut handles) = (true, Vec::new());
         for v in x.try_iter()? {
             let v = v?;
-            if v.is_instance(h.torch_tensor.bind(py))? || v.is_exact_instance_of::<PyList>() {
+            if v.is_exact_instance(h.cls.bind(py)) {
+                plain = false;
+                handles.push(v.getattr(intern!(py, "_t"))?);
+            } else if v.is_instance(h.torch_tensor.bind(py))? || v.is_exact_instance_of::<PyList>()
+            {
                 return Ok(None);
+            } else {
+                handles.push(v);
             }
         }
-        return Ok(Some(x.clone()));
+        if plain {
+            return Ok(Some(x.clone()));
+        }
+        if handles.iter().any(|v| !v.is_instance_of::<PyTensor>()) {
+            return Ok(None);
+        }
+        return Ok(Some(if tuple {
+            PyTuple::new(py, handles)?.into_any()
+        } else {
+            PyList::new(py, handles)?.into_any()
+        }));
     }
     if x.is_instance(h.torch_tensor.bind(py))? {
         return Ok(None);
@@ -417,11 +474,53 @@ fn fast<'py>(
     let (Some(h), Some(table)) = (HOOKS.get(py), TABLE.get(py)) else {
         return Ok(None);
     };
-    let Some((_, e)) = table.map.get(&(func.as_ptr() as usize)) else {
-        return Ok(None);
+    let e = match table.map.get(&(func.as_ptr() as usize)) {
+        Some((_, e)) => e,
+        // A property getter arrives as a fresh `method-wrapper` each call;
+        // it is registered by its descriptor, the wrapper's `__self__`.
+        None => match func.getattr_opt(intern!(py, "__self__"))? {
+            Some(d)
+                if func
+                    .getattr(intern!(py, "__name__"))?
+                    .eq(intern!(py, "__get__"))? =>
+            {
+                match table.map.get(&(d.as_ptr() as usize)) {
+                    Some((_, e)) => e,
+                    None => return Ok(None),
+                }
+            }
+            _ => return Ok(None),
+        },
     };
-    if args.is_empty() || !args.get_item(0)?.is_exact_instance(h.cls.bind(py)) {
+    if args.is_empty() {
         return Ok(None);
+    }
+    let first = args.get_item(0)?;
+    let cls = h.cls.bind(py);
+    if !first.is_exact_instance(cls) {
+        // `torch.cat([x, y])`: a list whose first element is on the device.
+        let listed = (first.is_exact_instance_of::<PyList>()
+            || first.is_exact_instance_of::<PyTuple>())
+            && first.len()? > 0
+            && first.get_item(0)?.is_exact_instance(cls);
+        if !listed || matches!(e.kind, Kind::Pass | Kind::Raw) {
+            return Ok(None);
+        }
+    }
+    if let Kind::Pass = e.kind {
+        let r = func.call(args, kwargs)?;
+        return Ok(if r.is_none() { None } else { Some(r) });
+    }
+    if let Kind::Raw = e.kind {
+        crate::convert::set_origin(site_here(py, h, &e.op)?);
+        let on = h.is_grad_enabled.bind(py).call0()?.is_truthy()?;
+        crate::runtime::mirror_grad_mode(on);
+        return match e.lowering.bind(py).call(args, kwargs) {
+            Ok(r) if r.is_none() => Ok(None),
+            Ok(r) => Ok(Some(r)),
+            Err(err) if err.is_instance_of::<PyTypeError>(py) => Ok(None),
+            Err(err) => Err(err),
+        };
     }
     let mut a = Vec::with_capacity(args.len());
     for x in args.iter() {
@@ -447,7 +546,7 @@ fn fast<'py>(
     let on = h.is_grad_enabled.bind(py).call0()?.is_truthy()?;
     crate::runtime::mirror_grad_mode(on);
     if kw.is_none() {
-        if let Some(n) = e.native {
+        if let Kind::Native(n) = e.kind {
             if let Some(t) = native(n, &a)? {
                 return wrap_tensor(py, t).map(Some);
             }

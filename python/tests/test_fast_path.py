@@ -118,3 +118,90 @@ def test_cpu_operands_and_lists_are_declined_not_mixed_up():
     with pytest.raises(lazyfuse.LazyfuseError, match="lazyfuse device"):
         x + torch.ones(3)
     assert torch.equal(torch.cat([x, x]).cpu(), torch.cat([x.cpu(), x.cpu()]))
+
+
+def _indexing_and_views():
+    torch.manual_seed(1)
+    x = torch.randn(4, 6, 5)
+    i = torch.tensor([[0, 2], [1, 3], [4, 0], [2, 2]])
+    i1 = torch.tensor([2, 3, 0, 2])
+    return x, {
+        "split by keyword": lambda t: t.split(2, dim=-1)[1] * 1,
+        "chunk by keyword": lambda t: torch.chunk(t, 3, dim=1)[2] * 1,
+        "unsqueeze and squeeze by keyword": lambda t: t.unsqueeze(dim=0).squeeze(dim=0) * 1,
+        "cat and stack": lambda t: torch.cat([t, t * 2], dim=1) + torch.stack([t, t], 0).sum(0).repeat((1, 2, 1)),
+        "getitem ints and slices": lambda t: t[1] + t[-1] + t[0, 1:4:2].sum() + t[:, -2:][..., 1:3].mean(),
+        "getitem None and ellipsis": lambda t: t[None, ..., 2] * t[2, None, :, None, 0].sum(),
+        "getitem empty and clipped slices": lambda t: t[3:100, 10:].sum() + t[:, 5:2].sum() + t[::3].sum(),
+        "gather and index_select by keyword": lambda t: torch.gather(t[:, :, 0], dim=1, index=i.to(t.device)) + torch.index_select(t[:, :2, 0], dim=0, index=i1.to(t.device)).sum(),
+    }
+
+
+@pytest.mark.parametrize("name", list(_indexing_and_views()[1]))
+def test_views_and_indexing_on_the_fast_path_match_pytorch(name, monkeypatch):
+    x, progs = _indexing_and_views()
+    fn = progs[name]
+    want = fn(x)
+    xd = x.to("lazyfuse")
+    seen = []
+    real = _mode.LazyfuseMode._intercept
+    monkeypatch.setattr(_mode.LazyfuseMode, "_intercept",
+                        lambda self, func, types, args=(), kwargs=None: seen.append(func) or real(
+                            self, func, types, args, kwargs))
+    got = fn(xd)
+    monkeypatch.undo()
+    assert [f for f in seen if f is not torch.Tensor.to] == []
+    torch.testing.assert_close(got.cpu(), want)
+
+
+def test_getitem_that_is_not_basic_or_out_of_range_goes_to_aten():
+    x = torch.arange(12.0).reshape(3, 4)
+    d = x.to("lazyfuse")
+    assert torch.equal(d[torch.tensor([2, 0])].cpu(), x[torch.tensor([2, 0])])
+    assert torch.equal(d[d > 5].cpu(), x[x > 5])
+    with pytest.raises(IndexError):
+        x[3]
+    with pytest.raises((IndexError, lazyfuse.LazyfuseError)):
+        d[3].cpu()
+
+
+def test_in_place_methods_on_the_fast_path_match_pytorch(monkeypatch):
+    torch.manual_seed(2)
+    a, b, c = torch.randn(3, 5), torch.randn(3, 5), torch.rand(3, 5) + 0.5
+
+    def prog(x, y, z):
+        x = x.clone()
+        x.add_(y, alpha=0.5)
+        x.mul_(1.5).sub_(z)
+        x += y
+        x /= 2
+        x.addcmul_(y, z, value=0.25).addcdiv_(y, z, value=-0.5)
+        x.lerp_(y, 0.3).clamp_(min=-1.0, max=1.0)
+        x.clamp_min_(-0.5)
+        w = torch.empty(3, 5, device=x.device).fill_(2.0)
+        w.zero_()
+        return x + w
+
+    want = prog(a, b, c)
+    seen = []
+    real = _mode.LazyfuseMode._intercept
+    ad, bd, cd = (t.to("lazyfuse") for t in (a, b, c))
+    monkeypatch.setattr(_mode.LazyfuseMode, "_intercept",
+                        lambda self, func, types, args=(), kwargs=None: seen.append(func) or real(
+                            self, func, types, args, kwargs))
+    got = prog(ad, bd, cd)
+    monkeypatch.undo()
+    assert {getattr(f, "__name__", f) for f in seen} <= {"clone", "empty", "__get__"}
+    torch.testing.assert_close(got.cpu(), want)
+
+
+def test_in_place_on_a_leaf_that_requires_grad_is_an_error_and_no_grad_updates_it():
+    p = torch.ones(3).to("lazyfuse").requires_grad_()
+    with pytest.raises(lazyfuse.LazyfuseError, match="in-place"):
+        p.add_(1.0)
+    (p * 2).sum().backward()
+    with torch.no_grad():
+        p.sub_(0.1 * p.grad)
+    assert p.requires_grad and p.is_leaf
+    torch.testing.assert_close(p.cpu(), torch.full((3,), 0.8))
+    torch.testing.assert_close(p.grad.cpu(), torch.full((3,), 2.0))

@@ -5,6 +5,10 @@ are not propagated to its base (the device says so when one happens)."""
 from __future__ import annotations
 
 from . import H, cast, dim, lowering, promote
+
+# For lowerings whose parameter is ATen's ``dim`` (so ``x.split(n, dim=-1)``
+# reaches them by keyword, as PyTorch spells it).
+_axis = dim
 from .. import _C
 
 
@@ -97,12 +101,12 @@ def expand_as(x, other):
 
 
 @lowering("squeeze", "squeeze_copy")
-def squeeze(x, d=None):
+def squeeze(x, dim=None):
     r = len(x.shape)
-    if d is None:
+    if dim is None:
         axes = [i for i, s in enumerate(x.shape) if s == 1]
     else:
-        axes = [dim(a, max(r, 1)) for a in ([d] if isinstance(d, int) else d)]
+        axes = [_axis(a, max(r, 1)) for a in ([dim] if isinstance(dim, int) else dim)]
         axes = [a for a in axes if a < r and x.shape[a] == 1]
     if not axes:
         return x
@@ -110,8 +114,8 @@ def squeeze(x, d=None):
 
 
 @lowering("unsqueeze", "unsqueeze_copy")
-def unsqueeze(x, d):
-    return x.unsqueeze(d)
+def unsqueeze(x, dim):
+    return x.unsqueeze(dim)
 
 
 @lowering("slice", "slice_copy")
@@ -137,6 +141,43 @@ def select(x, d, index):
     return x.narrow(d, i, 1).squeeze(d)
 
 
+def getitem(x, idx):
+    """``x[idx]`` for basic indices (ints, slices with a positive step,
+    ``None``, ``...``, tuples of them): the ``select``/``slice`` lowerings
+    ATen would reach, composed here. ``None`` (ATen's path) for tensor,
+    list or bool indices and ints out of range, whose errors are ATen's."""
+    if type(idx) is not tuple:
+        idx = (idx,)
+    rank = len(x.shape)
+    real = sum(1 for i in idx if i is not None and i is not Ellipsis)
+    ells = sum(1 for i in idx if i is Ellipsis)
+    if ells > 1 or real > rank:
+        return None
+    out, d = x, 0
+    for i in idx:
+        t = type(i)
+        if i is None:
+            out = out.unsqueeze(d)
+            d += 1
+        elif i is Ellipsis:
+            d += rank - real
+        elif t is int:
+            n = out.shape[d]
+            if not -n <= i < n:
+                return None
+            out = select(out, d, i)
+        elif t is slice:
+            step = 1 if i.step is None else i.step
+            if type(step) is not int or step <= 0 or not all(
+                    v is None or type(v) is int for v in (i.start, i.stop)):
+                return None
+            out = slice_(out, d, i.start, i.stop, step)
+            d += 1
+        else:
+            return None
+    return out
+
+
 @lowering("narrow", "narrow_copy")
 def narrow(x, d, start, length):
     if type(start) is H:
@@ -147,7 +188,8 @@ def narrow(x, d, start, length):
 
 
 @lowering("cat", "concat", "concatenate")
-def cat(tensors, d=0):
+def cat(tensors, dim=0):
+    d = dim
     ts = [t for t in tensors if not (len(t.shape) == 1 and t.shape[0] == 0)] or list(tensors[:1])
     dt = promote(*ts)
     ts = [cast(t, dt) for t in ts]
@@ -157,15 +199,15 @@ def cat(tensors, d=0):
 
 
 @lowering("stack")
-def stack(tensors, d=0):
+def stack(tensors, dim=0):
     r = len(tensors[0].shape) + 1
-    d = dim(d, r)
+    d = _axis(dim, r)
     return cat([t.unsqueeze(d) for t in tensors], d)
 
 
 @lowering("split", "split_with_sizes", "split_copy", "split_with_sizes_copy")
-def split(x, sizes, d=0):
-    d = dim(d, len(x.shape))
+def split(x, sizes, dim=0):
+    d = _axis(dim, len(x.shape))
     n = x.shape[d]
     if isinstance(sizes, int):
         sizes = [min(sizes, n - i) for i in range(0, n, sizes)] if sizes else [n]
@@ -177,10 +219,10 @@ def split(x, sizes, d=0):
 
 
 @lowering("chunk")
-def chunk(x, chunks, d=0):
-    n = x.shape[dim(d, len(x.shape))]
+def chunk(x, chunks, dim=0):
+    n = x.shape[_axis(dim, len(x.shape))]
     size = -(-n // chunks)
-    return split(x, size, d)
+    return split(x, size, dim)
 
 
 @lowering("unbind", "unbind_copy")
@@ -201,8 +243,9 @@ def detach(x):
 
 
 @lowering("index_select")
-def index_select(x, d, idx):
-    return x.index_select(d, idx.reshape([numel(idx)]) if len(idx.shape) != 1 else idx)
+def index_select(x, dim, index):
+    idx = index
+    return x.index_select(dim, idx.reshape([numel(idx)]) if len(idx.shape) != 1 else idx)
 
 
 @lowering("index_add")
@@ -220,8 +263,8 @@ def index_add(x, d, idx, src, alpha=1):
 
 
 @lowering("gather")
-def gather(x, d, idx, sparse_grad=False):
-    return x.gather(d, idx)
+def gather(x, dim, index, sparse_grad=False):
+    return x.gather(dim, index)
 
 
 @lowering("embedding")
