@@ -131,6 +131,7 @@ fn hooks(py: Python<'_>) -> PyResult<&Hooks> {
 /// `torch.is_grad_enabled` and the file-name prefixes that are not user
 /// code.
 #[pyfunction]
+#[allow(clippy::too_many_arguments)] // one call, at import
 fn install(
     py: Python<'_>,
     cls: Bound<'_, PyType>,
