@@ -295,7 +295,7 @@ class LazyfuseMode(TorchFunctionMode):
         if _is_compiling():
             return _while_compiling(self, func, types, args, kwargs)
         r = _rust_fast(func, args, kwargs)
-        if r is not None:
+        if r is not NotImplemented:
             return r
         return self._intercept(func, types, args, kwargs)
 
@@ -362,8 +362,13 @@ class LazyfuseMode(TorchFunctionMode):
 
 _is_compiling = torch.compiler.is_compiling
 # The hot functions on the device run in Rust: the user's line, grad mode,
-# unwrapping, recording and wrapping (``python/src/fast.rs``); ``None``
-# there sends the call to ``_intercept``, whose lowerings are the same.
+# unwrapping, recording and wrapping (``python/src/fast.rs``), as do calls
+# that touch nothing on the device; ``NotImplemented`` from there sends the
+# call to ``_intercept``, whose lowerings are the same. SPECIAL's functions,
+# ``.to`` and the autograd entry points always take the Python path.
+for _f in [*SPECIAL, T.to, *_LIST_FIRST]:
+    if type(_f).__name__ != "method-wrapper" and _f not in RUST_ONLY:
+        RUST_ONLY[_f] = (None, ("python", ""))
 _rust_fast = _C.fast
 _C.install_fast_path(wrap_out, [
     (f, getattr(f, "__name__", "op"), low, NATIVE.get(f)) for f, low in FAST.items()

@@ -57,6 +57,8 @@ enum Kind {
     /// Metadata PyTorch answers from the wrapper itself (`x.shape`,
     /// `x.dim()`): the function is called as it is, nothing recorded.
     Pass,
+    /// Always the Python path's (moving, reading, autograd entry points).
+    Python,
 }
 
 /// One PyTorch function the fast path takes.
@@ -79,6 +81,8 @@ struct Hooks {
     layout: Py<PyAny>,
     device: Py<PyAny>,
     torch_tensor: Py<PyType>,
+    /// The type of a property's bound `__get__`/`__set__`.
+    method_wrapper: Py<PyType>,
     is_grad_enabled: Py<PyAny>,
     /// File-name prefixes that are not the user's code.
     skip: Vec<String>,
@@ -156,6 +160,11 @@ fn install(
         dtypes: torch_dtypes,
         layout: layout.unbind(),
         device: device.unbind(),
+        method_wrapper: torch_tensor
+            .getattr("shape")?
+            .getattr("__get__")?
+            .get_type()
+            .unbind(),
         torch_tensor: torch_tensor.unbind(),
         is_grad_enabled: is_grad_enabled.unbind(),
         skip,
@@ -190,6 +199,7 @@ fn install_fast_path(
             None => Kind::Lower,
             Some((k, _)) if k == "raw" => Kind::Raw,
             Some((k, _)) if k == "pass" => Kind::Pass,
+            Some((k, _)) if k == "python" => Kind::Python,
             Some((k, name)) => Kind::Native(native_op(&k, &name)?),
         };
         let entry = Entry {
@@ -462,8 +472,10 @@ fn native(n: Native, args: &[Bound<'_, PyAny>]) -> PyResult<Option<Tensor>> {
 }
 
 /// The device's hot path for PyTorch function `func` called with `args`
-/// and `kwargs`: the recorded result as `LazyTensor`s, or `None` when the
-/// Python path must take the call.
+/// and `kwargs`: the result, or `NotImplemented` when the Python path must
+/// take the call. A call that touches nothing on the device (and is not
+/// one the Python path treats specially) is PyTorch's own function, run
+/// here as the Python path would run it.
 #[pyfunction]
 #[pyo3(signature = (func, args, kwargs=None))]
 fn fast<'py>(
@@ -471,57 +483,94 @@ fn fast<'py>(
     func: &Bound<'py, PyAny>,
     args: &Bound<'py, PyTuple>,
     kwargs: Option<&Bound<'py, PyDict>>,
-) -> PyResult<Option<Bound<'py, PyAny>>> {
+) -> PyResult<Bound<'py, PyAny>> {
+    let declined = || Ok(py.NotImplemented().into_bound(py));
     let (Some(h), Some(table)) = (HOOKS.get(py), TABLE.get(py)) else {
-        return Ok(None);
+        return declined();
     };
     let e = match table.map.get(&(func.as_ptr() as usize)) {
-        Some((_, e)) => e,
-        // A property getter arrives as a fresh `method-wrapper` each call;
-        // it is registered by its descriptor, the wrapper's `__self__`.
-        None => match func.getattr_opt(intern!(py, "__self__"))? {
-            Some(d)
-                if func
-                    .getattr(intern!(py, "__name__"))?
-                    .eq(intern!(py, "__get__"))? =>
-            {
-                match table.map.get(&(d.as_ptr() as usize)) {
-                    Some((_, e)) => e,
-                    None => return Ok(None),
-                }
+        Some((_, e)) => Some(e),
+        // A property getter or setter arrives as a fresh `method-wrapper`
+        // each call: getters are registered by their descriptor (the
+        // wrapper's `__self__`); the rest are the Python path's.
+        None if func.is_exact_instance(h.method_wrapper.bind(py)) => {
+            let getter = func
+                .getattr(intern!(py, "__name__"))?
+                .eq(intern!(py, "__get__"))?;
+            let d = func.getattr(intern!(py, "__self__"))?;
+            match table.map.get(&(d.as_ptr() as usize)) {
+                Some((_, e)) if getter => Some(e),
+                _ => return declined(),
             }
-            _ => return Ok(None),
-        },
+        }
+        None => None,
     };
-    if args.is_empty() {
-        return Ok(None);
+    if let Some(Entry {
+        kind: Kind::Python, ..
+    }) = e
+    {
+        return declined();
     }
-    let first = args.get_item(0)?;
-    let cls = h.cls.bind(py);
-    if !first.is_exact_instance(cls) {
-        // `torch.cat([x, y])`: a list whose first element is on the device.
-        let listed = (first.is_exact_instance_of::<PyList>()
-            || first.is_exact_instance_of::<PyTuple>())
-            && first.len()? > 0
-            && first.get_item(0)?.is_exact_instance(cls);
-        if !listed || matches!(e.kind, Kind::Pass | Kind::Raw) {
-            return Ok(None);
+    if let Some(k) = kwargs {
+        // `device=`: a factory that may create on the device.
+        if k.contains(intern!(py, "device"))? {
+            return declined();
         }
     }
-    if let Kind::Pass = e.kind {
-        let r = func.call(args, kwargs)?;
-        return Ok(if r.is_none() { None } else { Some(r) });
+    let cls = h.cls.bind(py);
+    let first = if args.is_empty() {
+        None
+    } else {
+        Some(args.get_item(0)?)
+    };
+    let on_device = first.as_ref().is_some_and(|f| f.is_exact_instance(cls));
+    // `torch.cat([x, y])`: a list whose first element is on the device.
+    let listed = match &first {
+        Some(f) if f.is_exact_instance_of::<PyList>() || f.is_exact_instance_of::<PyTuple>() => {
+            f.len()? > 0 && f.get_item(0)?.is_exact_instance(cls)
+        }
+        _ => false,
+    };
+    if let Some(e) = e {
+        let lowered = matches!(e.kind, Kind::Lower | Kind::Native(_));
+        if on_device || (listed && lowered) {
+            return match take(py, h, table, e, func, args, kwargs)? {
+                Some(r) => Ok(r),
+                None => declined(),
+            };
+        }
     }
-    if let Kind::Raw = e.kind {
-        crate::convert::set_origin(site_here(py, h, &e.op)?);
-        let on = h.is_grad_enabled.bind(py).call0()?.is_truthy()?;
-        crate::runtime::mirror_grad_mode(on);
-        return match e.lowering.bind(py).call(args, kwargs) {
-            Ok(r) if r.is_none() => Ok(None),
-            Ok(r) => Ok(Some(r)),
-            Err(err) if err.is_instance_of::<PyTypeError>(py) => Ok(None),
-            Err(err) => Err(err),
-        };
+    if listed {
+        return declined();
+    }
+    func.call(args, kwargs)
+}
+
+/// `func` (entry `e`) on a call whose first operand is on the device:
+/// the result, or `None` to decline.
+fn take<'py>(
+    py: Python<'py>,
+    h: &Hooks,
+    table: &Table,
+    e: &Entry,
+    func: &Bound<'py, PyAny>,
+    args: &Bound<'py, PyTuple>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    match e.kind {
+        Kind::Pass => return func.call(args, kwargs).map(Some),
+        Kind::Raw => {
+            crate::convert::set_origin(site_here(py, h, &e.op)?);
+            let on = h.is_grad_enabled.bind(py).call0()?.is_truthy()?;
+            crate::runtime::mirror_grad_mode(on);
+            return match e.lowering.bind(py).call(args, kwargs) {
+                Ok(r) => Ok(Some(r)),
+                Err(err) if err.is_instance_of::<PyTypeError>(py) => Ok(None),
+                Err(err) => Err(err),
+            };
+        }
+        Kind::Python => return Ok(None),
+        Kind::Lower | Kind::Native(_) => {}
     }
     let mut a = Vec::with_capacity(args.len());
     for x in args.iter() {

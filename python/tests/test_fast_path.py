@@ -17,7 +17,7 @@ def line_of(marker):
 
 
 def _python_path_only(monkeypatch):
-    monkeypatch.setattr(_mode, "_rust_fast", lambda func, args, kwargs: None)
+    monkeypatch.setattr(_mode, "_rust_fast", lambda func, args, kwargs: NotImplemented)
 
 
 def _programs():
@@ -205,3 +205,17 @@ def test_in_place_on_a_leaf_that_requires_grad_is_an_error_and_no_grad_updates_i
     assert p.requires_grad and p.is_leaf
     torch.testing.assert_close(p.cpu(), torch.full((3,), 0.8))
     torch.testing.assert_close(p.grad.cpu(), torch.full((3,), 2.0))
+
+
+def test_cpu_calls_under_the_device_mode_run_once_and_as_pytorch_runs_them():
+    a, b = torch.zeros(3), torch.ones(3)
+    torch._foreach_add_([a, b], 1.0)  # returns None: must not run twice
+    a.add_(1.0)
+    b.mul_(3).sub_(1)
+    assert a.tolist() == [2.0, 2.0, 2.0] and b.tolist() == [5.0, 5.0, 5.0]
+    assert type(a) is torch.Tensor and a.device.type == "cpu"
+    with torch.no_grad():
+        assert not torch.is_grad_enabled()
+    assert torch.is_grad_enabled()
+    assert torch.zeros(2, device="cpu").device.type == "cpu"
+    assert torch.zeros(2, device="lazyfuse").device.type == "lazyfuse"
