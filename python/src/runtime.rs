@@ -3,7 +3,7 @@
 
 use crate::convert::{at, dtype, err, set_site};
 use crate::ops::PyTensor;
-use lazyfuse::{Device, HostTensor, NoGradGuard, Shape, Tensor};
+use lazyfuse::{Device, NoGradGuard, Shape, Tensor};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::cell::RefCell;
@@ -36,26 +36,20 @@ pub fn device() -> PyResult<&'static Device> {
 #[pyfunction]
 fn from_buffer(ptr: usize, nbytes: usize, shape: Vec<usize>, dt: &str) -> PyResult<PyTensor> {
     let dtype = dtype(dt)?;
-    let shape = Shape::new(&shape);
-    if shape.numel() * dtype.size_in_bytes() != nbytes {
+    if Shape::new(&shape).numel() * dtype.size_in_bytes() != nbytes {
         return Err(pyo3::exceptions::PyValueError::new_err(format!(
-            "{nbytes} bytes do not hold {dt}{:?}",
-            shape.dims()
+            "{nbytes} bytes do not hold {dt}{shape:?}"
         )));
     }
-    // SAFETY: see the contract above; an empty tensor reads nothing.
-    let bytes = if nbytes == 0 {
-        Vec::new()
+    // SAFETY: see the contract above; an empty tensor reads nothing. The
+    // bytes are copied once, into the device buffer.
+    let bytes: &[u8] = if nbytes == 0 {
+        &[]
     } else {
-        unsafe { std::slice::from_raw_parts(ptr as *const u8, nbytes) }.to_vec()
-    };
-    let host = HostTensor {
-        shape,
-        dtype,
-        bytes,
+        unsafe { std::slice::from_raw_parts(ptr as *const u8, nbytes) }
     };
     let dev = device()?;
-    at(|| Tensor::upload(host, dev)).map(PyTensor::new)
+    at(|| Tensor::upload_bytes(bytes, &shape, dtype, dev)).map(PyTensor::new)
 }
 
 /// Copies the tensor's bytes (row-major, little-endian) into `nbytes` of

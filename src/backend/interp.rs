@@ -7,7 +7,7 @@
 //! Compiles are counted like XLA compiles, so tests that pin "compiles
 //! once, then 0" hold on both backends.
 
-use super::{foreign, Backend, Completion, RawBuffer, RawExecutable};
+use super::{foreign, Backend, Completion, HostSlice, RawBuffer, RawExecutable};
 use crate::metrics::{self, COUNTERS as C};
 use crate::{Error, Result};
 use lazyfuse_fusion::{Region, RegionKey};
@@ -112,8 +112,12 @@ impl Backend for InterpBackend {
         1
     }
 
-    fn upload(&self, host: &HostTensor, _ordinal: usize) -> Result<RawBuffer> {
-        Ok(RawBuffer::Host(host.clone()))
+    fn upload(&self, host: HostSlice<'_>, _ordinal: usize) -> Result<RawBuffer> {
+        Ok(RawBuffer::Host(HostTensor {
+            shape: host.shape.clone(),
+            dtype: host.dtype,
+            bytes: host.bytes.to_vec(),
+        }))
     }
 
     fn host_bytes<'a>(&self, buf: &'a RawBuffer, _rank: usize) -> Result<Option<&'a [u8]>> {

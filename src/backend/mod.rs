@@ -58,6 +58,27 @@ pub(crate) enum Completion {
     Done,
 }
 
+/// A host array borrowed for an upload: the bytes stay the caller's (a
+/// Python binding's tensor memory), so uploading copies them once, into
+/// the device buffer, not first into a [`HostTensor`].
+#[derive(Clone, Copy)]
+pub(crate) struct HostSlice<'a> {
+    /// Little-endian, row-major, exactly `shape`'s dense size.
+    pub bytes: &'a [u8],
+    pub shape: &'a Shape,
+    pub dtype: DType,
+}
+
+impl<'a> From<&'a HostTensor> for HostSlice<'a> {
+    fn from(h: &'a HostTensor) -> Self {
+        HostSlice {
+            bytes: &h.bytes,
+            shape: &h.shape,
+            dtype: h.dtype,
+        }
+    }
+}
+
 /// What the runtime asks of a device.
 pub(crate) trait Backend: Send + Sync {
     /// Platform name, as the plugin reports it (`cpu`, `cuda`, `interpreter`).
@@ -65,7 +86,7 @@ pub(crate) trait Backend: Send + Sync {
     /// Number of addressable devices.
     fn device_count(&self) -> usize;
     /// Copies `host` to device `ordinal`.
-    fn upload(&self, host: &HostTensor, ordinal: usize) -> Result<RawBuffer>;
+    fn upload(&self, host: HostSlice<'_>, ordinal: usize) -> Result<RawBuffer>;
     /// Copies `buf` into `out` (exactly its byte size); `true` when it was
     /// read straight from host memory, without a device transfer.
     fn download(&self, buf: &RawBuffer, out: &mut [u8]) -> Result<bool>;

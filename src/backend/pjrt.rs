@@ -6,12 +6,12 @@
 //! its completion event. SPMD layouts are handed to the lowering as Shardy
 //! specs (mesh axes, one axis name or none per dimension).
 
-use super::{foreign, Backend, Completion, RawBuffer, RawExecutable};
+use super::{foreign, Backend, Completion, HostSlice, RawBuffer, RawExecutable};
 use crate::metrics::{self, COUNTERS as C};
 use crate::spmd::{constraint_axes, Mesh, Sharding, SpmdLayout};
 use crate::Result;
 use lazyfuse_fusion::{Region, RegionKey};
-use lazyfuse_ir::{DType, Graph, HostTensor, Shape};
+use lazyfuse_ir::{DType, Graph, Shape};
 use lazyfuse_xla::lower::{self, ShardSpec, SpmdLowering};
 use lazyfuse_xla::{pjrt, plugin};
 use std::path::{Path, PathBuf};
@@ -171,10 +171,10 @@ impl Backend for PjrtBackend {
         self.client.addressable_device_count()
     }
 
-    fn upload(&self, host: &HostTensor, ordinal: usize) -> Result<RawBuffer> {
+    fn upload(&self, host: HostSlice<'_>, ordinal: usize) -> Result<RawBuffer> {
         let buf =
             self.client
-                .buffer_from_host(&host.bytes, host.dtype, host.shape.dims(), ordinal)?;
+                .buffer_from_host(host.bytes, host.dtype, host.shape.dims(), ordinal)?;
         Ok(RawBuffer::Pjrt(buf))
     }
 

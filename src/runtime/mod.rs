@@ -8,7 +8,7 @@
 //! missing the same key wait for one compile), and the cache of uploaded
 //! lifted scalars.
 
-use crate::backend::{Backend, Completion, InterpBackend, RawBuffer, RawExecutable};
+use crate::backend::{Backend, Completion, HostSlice, InterpBackend, RawBuffer, RawExecutable};
 #[cfg(feature = "xla")]
 use crate::backend::{ClientSetup, PjrtBackend};
 use crate::metrics::{self, COUNTERS as C};
@@ -262,6 +262,15 @@ impl Runtime {
 
     /// Copies a host array to device `ordinal`.
     pub fn upload(&self, host: &HostTensor, ordinal: usize) -> Result<Arc<DeviceBuffer>> {
+        self.upload_slice(host.into(), ordinal)
+    }
+
+    /// Copies borrowed host bytes to device `ordinal` (one copy).
+    pub(crate) fn upload_slice(
+        &self,
+        host: HostSlice<'_>,
+        ordinal: usize,
+    ) -> Result<Arc<DeviceBuffer>> {
         let _span = tracing::debug_span!("h2d", bytes = host.bytes.len()).entered();
         let t0 = Instant::now();
         let raw = self.backend.upload(host, ordinal)?;

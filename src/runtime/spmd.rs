@@ -74,7 +74,7 @@ impl Runtime {
                 bytes,
             };
             let t0 = Instant::now();
-            shards.push(self.backend.upload(&shard, device)?);
+            shards.push(self.backend.upload((&shard).into(), device)?);
             metrics::observe_since(metrics::Phase::HostToDevice, t0);
             metrics::add(&C.h2d_transfers, 1);
             metrics::add(&C.h2d_bytes, shard.bytes.len() as u64);
@@ -161,7 +161,7 @@ impl Runtime {
                 let copies = mesh
                     .devices()
                     .iter()
-                    .map(|&d| self.backend.upload(&host, d))
+                    .map(|&d| self.backend.upload((&host).into(), d))
                     .collect::<Result<Vec<RawBuffer>>>()?;
                 metrics::add(&C.h2d_transfers, copies.len() as u64);
                 metrics::add(&C.h2d_bytes, (host.bytes.len() * copies.len()) as u64);

@@ -63,6 +63,46 @@ impl Tensor {
         Tensor::upload_at(host, device, crate::site::caller())
     }
 
+    /// Uploads borrowed host bytes (little-endian, row-major, `dims` of
+    /// `dtype`), an upload site as [`Tensor::upload`] is: one copy, into
+    /// the device buffer, where `upload` takes an owned [`HostTensor`]
+    /// (bindings upload another library's tensor memory this way).
+    #[track_caller]
+    pub fn upload_bytes(
+        bytes: &[u8],
+        dims: &[usize],
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Tensor> {
+        let loc = crate::site::caller();
+        let shape = Shape::new(dims);
+        if shape.numel() * dtype.size_in_bytes() != bytes.len() {
+            return Err(Error::op(
+                "upload_bytes",
+                format!("{} bytes do not hold {dtype}{shape}", bytes.len()),
+                format!("u8[{}]", bytes.len()),
+                loc,
+            ));
+        }
+        let (mask, _) =
+            super::dynamic::sites::observe(loc, super::dynamic::sites::Kind::Upload, dims, 0);
+        if mask != 0 {
+            let host = HostTensor {
+                shape,
+                dtype,
+                bytes: bytes.to_vec(),
+            };
+            return Tensor::upload_masked(host, device, loc, mask);
+        }
+        let slice = crate::backend::HostSlice {
+            bytes,
+            shape: &shape,
+            dtype,
+        };
+        let buf = device.rt.upload_slice(slice, device.ordinal)?;
+        Ok(Tensor::ready(buf, device))
+    }
+
     /// Uploads `host` as recorded at `loc`, an upload site like any other:
     /// a length that changes there from step to step is uploaded padded to
     /// its bucket's capacity, so what the program does with it compiles
@@ -74,6 +114,12 @@ impl Tensor {
             host.shape.dims(),
             0,
         );
+        Tensor::upload_masked(host, device, loc, mask)
+    }
+
+    /// `host` uploaded for site `loc`, already observed: padded to its
+    /// buckets' capacities along the axes `mask` marks as varying.
+    fn upload_masked(host: HostTensor, device: &Device, loc: Origin, mask: u32) -> Result<Tensor> {
         if mask == 0 {
             return Tensor::from_host(&host, device);
         }
