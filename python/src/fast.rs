@@ -400,8 +400,7 @@ fn unwrap<'py>(
             if v.is_exact_instance(h.cls.bind(py)) {
                 plain = false;
                 handles.push(v.getattr(intern!(py, "_t"))?);
-            } else if v.is_instance(h.torch_tensor.bind(py))? || v.is_exact_instance_of::<PyList>()
-            {
+            } else if v.is_instance(h.torch_tensor.bind(py))? || holds_tensor(py, h, &v)? {
                 return Ok(None);
             } else {
                 handles.push(v);
@@ -423,6 +422,21 @@ fn unwrap<'py>(
         return Ok(None);
     }
     Ok(Some(x.clone()))
+}
+
+/// Whether `v` is a list holding a tensor at any depth (an index list of
+/// plain ints passes as it is; one of tensors is the Python path's).
+fn holds_tensor(py: Python<'_>, h: &Hooks, v: &Bound<'_, PyAny>) -> PyResult<bool> {
+    if !v.is_exact_instance_of::<PyList>() {
+        return Ok(false);
+    }
+    for e in v.try_iter()? {
+        let e = e?;
+        if e.is_instance(h.torch_tensor.bind(py))? || holds_tensor(py, h, &e)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// The float elementwise op, recorded directly, or `None` where the

@@ -154,6 +154,21 @@ def test_views_and_indexing_on_the_fast_path_match_pytorch(name, monkeypatch):
     torch.testing.assert_close(got.cpu(), want)
 
 
+def test_integer_list_and_tensor_indices_match_pytorch():
+    x = torch.arange(60.0).reshape(3, 4, 5)
+    d = x.to("lazyfuse")
+    i = torch.tensor([2, 0, 2])
+    for f in [lambda t, i: t[[0, 2]], lambda t, i: t[[0, 2], 1:], lambda t, i: t[:, [3, 1], 0],
+              lambda t, i: t[1, [[0, 1], [2, 3]]], lambda t, i: t[..., [4, -1]],
+              lambda t, i: t[i], lambda t, i: t[:, :2][i, 1], lambda t, i: t[None, [1, 0]],
+              lambda t, i: t[[0, 1], [1, 2]], lambda t, i: t[[0, 1], :, [1, 2]],
+              lambda t, i: t[i, :, i], lambda t, i: t[:, i][[1], 0]]:
+        want = f(x, i)
+        got = f(d, i.to("lazyfuse"))
+        assert got.shape == want.shape
+        assert torch.equal(got.cpu(), want)
+
+
 def test_getitem_that_is_not_basic_or_out_of_range_goes_to_aten():
     x = torch.arange(12.0).reshape(3, 4)
     d = x.to("lazyfuse")

@@ -141,19 +141,30 @@ def select(x, d, index):
     return x.narrow(d, i, 1).squeeze(d)
 
 
+def _int_list(v) -> bool:
+    """A (nested) list of plain ints: an index tensor to PyTorch."""
+    return type(v) is list and len(v) > 0 and all(
+        (type(e) is int) or _int_list(e) for e in v)
+
+
 def getitem(x, idx):
-    """``x[idx]`` for basic indices (ints, slices with a positive step,
-    ``None``, ``...``, tuples of them): the ``select``/``slice`` lowerings
-    ATen would reach, composed here. ``None`` (ATen's path) for tensor,
-    list or bool indices and ints out of range, whose errors are ATen's."""
-    if type(idx) is not tuple:
+    """``x[idx]`` as PyTorch's indexing applies it: ints (``select``),
+    slices with a positive step, ``None`` and ``...`` in order, then the
+    integer index tensors and lists left (``index``, on consecutive dims).
+    ``None`` (ATen's path) for masks, bools, ints out of range and advanced
+    indices that are not consecutive, whose handling or errors are ATen's."""
+    if type(idx) is list:
+        if not _int_list(idx):
+            return None
+        idx = (idx,)
+    elif type(idx) is not tuple:
         idx = (idx,)
     rank = len(x.shape)
     real = sum(1 for i in idx if i is not None and i is not Ellipsis)
     ells = sum(1 for i in idx if i is Ellipsis)
     if ells > 1 or real > rank:
         return None
-    out, d = x, 0
+    out, d, adv = x, 0, {}
     for i in idx:
         t = type(i)
         if i is None:
@@ -173,9 +184,25 @@ def getitem(x, idx):
                 return None
             out = slice_(out, d, i.start, i.stop, step)
             d += 1
+        elif t is H and i.dtype in ("int64", "int32"):
+            adv[d] = i
+            d += 1
+        elif _int_list(i):
+            adv[d] = _index_list(i)
+            d += 1
         else:
             return None
-    return out
+    if not adv:
+        return out
+    return index(out, [adv.get(k) for k in range(max(adv) + 1)])
+
+
+def _index_list(v):
+    import torch
+
+    from .._core import upload
+
+    return upload(torch.tensor(v, dtype=torch.int64))
 
 
 @lowering("narrow", "narrow_copy")
@@ -282,7 +309,12 @@ def index(x, indices):
     if not pos or any(indices[i].dtype == "bool" for i in pos):
         return None
     if pos != list(range(pos[0], pos[-1] + 1)):
-        return None
+        # Not adjacent: the indexed dims go first, broadcast, as PyTorch
+        # (and NumPy) order them.
+        rest = [a for a in range(len(x.shape)) if a not in pos]
+        x = x.permute(pos + rest)
+        indices = [indices[i] for i in pos]
+        pos = list(range(len(pos)))
     idx = [indices[i] for i in pos]
     bshape = _broadcast([list(t.shape) for t in idx])
     idx = [expand(cast(t, "int64"), bshape) for t in idx]
