@@ -502,29 +502,6 @@ fn fast<'py>(
     let (Some(h), Some(table)) = (HOOKS.get(py), TABLE.get(py)) else {
         return declined();
     };
-    let e = match table.map.get(&(func.as_ptr() as usize)) {
-        Some((_, e)) => Some(e),
-        // A property getter or setter arrives as a fresh `method-wrapper`
-        // each call: getters are registered by their descriptor (the
-        // wrapper's `__self__`); the rest are the Python path's.
-        None if func.is_exact_instance(h.method_wrapper.bind(py)) => {
-            let getter = func
-                .getattr(intern!(py, "__name__"))?
-                .eq(intern!(py, "__get__"))?;
-            let d = func.getattr(intern!(py, "__self__"))?;
-            match table.map.get(&(d.as_ptr() as usize)) {
-                Some((_, e)) if getter => Some(e),
-                _ => return declined(),
-            }
-        }
-        None => None,
-    };
-    if let Some(Entry {
-        kind: Kind::Python, ..
-    }) = e
-    {
-        return declined();
-    }
     if let Some(k) = kwargs {
         // `device=`: a factory that may create on the device.
         if k.contains(intern!(py, "device"))? {
@@ -545,6 +522,31 @@ fn fast<'py>(
         }
         _ => false,
     };
+    let e = match table.map.get(&(func.as_ptr() as usize)) {
+        Some((_, e)) => Some(e),
+        // A property getter or setter arrives as a fresh `method-wrapper`
+        // each call: getters are registered by their descriptor (the
+        // wrapper's `__self__`); on the device, the rest are the Python
+        // path's (off it, PyTorch's own, as for any function).
+        None if func.is_exact_instance(h.method_wrapper.bind(py)) => {
+            let getter = func
+                .getattr(intern!(py, "__name__"))?
+                .eq(intern!(py, "__get__"))?;
+            let d = func.getattr(intern!(py, "__self__"))?;
+            match table.map.get(&(d.as_ptr() as usize)) {
+                Some((_, e)) if getter => Some(e),
+                _ if on_device || listed => return declined(),
+                _ => None,
+            }
+        }
+        None => None,
+    };
+    if let Some(Entry {
+        kind: Kind::Python, ..
+    }) = e
+    {
+        return declined();
+    }
     if let Some(e) = e {
         let lowered = matches!(e.kind, Kind::Lower | Kind::Native(_));
         if on_device || (listed && lowered) {
