@@ -236,8 +236,9 @@ def _overload_for(op, args):
 
 def _inplace(func, name, args, kwargs, overload=None, fallback=True):
     """In-place ATen op ``name`` (``add_``): the out-of-place value swapped
-    into ``args[0]``. Without a lowering: the CPU fallback, or None when
-    ``fallback`` is False (the function-level path then gives way)."""
+    into ``args[0]``. Without a lowering: the CPU fallback, or
+    ``NotImplemented`` when ``fallback`` is False (the function-level path
+    then gives way)."""
     self = args[0]
     base = _INPLACE_BASE.get(name)
     uargs = unwrap(args)
@@ -251,7 +252,16 @@ def _inplace(func, name, args, kwargs, overload=None, fallback=True):
     else:
         new = base(*uargs, **ukw)
     if new is None:
-        return _fallback(func, args, kwargs) if fallback else None
+        return _fallback(func, args, kwargs) if fallback else NotImplemented
+    _swap(self, new, name)
+    return self
+
+
+def _swap(self, new, name):
+    """``new`` (a handle) becomes ``self``'s value, as an in-place op
+    writes it: broadcast to ``self``'s shape and cast to its dtype; a leaf
+    that requires grad stays a leaf and keeps its gradient (and may not be
+    written while grad is on, as in PyTorch)."""
     old = self._t
     if tuple(new.shape) != tuple(old.shape):
         new = shape.expand(new, old.shape)
@@ -262,7 +272,27 @@ def _inplace(func, name, args, kwargs, overload=None, fallback=True):
             " wrap the update in torch.no_grad()"
         )
     self._t = old.carry_leaf(new)
-    return self
+
+
+def setitem_method(self, idx, value):
+    """``x[idx] = value`` on the device, taken at the function level:
+    ``shape.setitem``'s functional value swapped into ``x``;
+    ``NotImplemented`` (ATen's path) where it has none."""
+
+    def arg(v):
+        if type(v) is LazyTensor:
+            return v._t
+        if isinstance(v, torch.Tensor):
+            return upload(v)
+        if type(v) is tuple:
+            return tuple(arg(e) for e in v)
+        return v
+
+    new = shape.setitem(self._t, arg(idx), arg(value))
+    if new is None:
+        return NotImplemented
+    _swap(self, new, "__setitem__")
+    return None
 
 
 def inplace_method(name):

@@ -17,7 +17,7 @@ from torch.overrides import TorchFunctionMode
 
 from . import _C
 from ._core import LazyTensor, download, dtype_name, set_site, sync_grad_mode, upload, where, wrap
-from ._dispatch import inplace_method, unwrap, wrap_out
+from ._dispatch import inplace_method, setitem_method, unwrap, wrap_out
 from ._lower import TABLE, cast, elementwise as ew, factory, more, nn, reduce, shape
 
 LazyfuseError = _C.LazyfuseError
@@ -239,6 +239,8 @@ RUST_ONLY = {}
 # ``x[i]`` with basic indices; the rest (CPU index tensors, masks) through
 # ATen, so ``_intercept`` must not take it.
 RUST_ONLY[T.__getitem__] = (shape.getitem, None)
+# ``x[idx] = value``: the written value swapped in, as in-place methods are.
+RUST_ONLY[T.__setitem__] = (setitem_method, ("raw", ""))
 
 # In-place methods: the out-of-place lowering's value swapped into the
 # tensor, called with the method's own arguments.

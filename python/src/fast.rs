@@ -12,20 +12,17 @@
 //! it, so the two paths give the same answers by construction: the fast
 //! one only skips interpretation, never changes a lowering's semantics.
 //!
-//! The user's line (the first frame outside the package and PyTorch) is
-//! found here for both paths ([`set_site_here`], [`user_line`]).
+//! The user's line comes from `site.rs`, as it does for the Python path.
 
 use crate::convert::at;
 use crate::ops::PyTensor;
-use lazyfuse::{DType, Origin, Tensor};
+use lazyfuse::{DType, Tensor};
 use pyo3::exceptions::PyTypeError;
-use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 /// An op the fast path records without Python, for float operands.
 #[derive(Clone, Copy)]
@@ -52,7 +49,8 @@ enum Kind {
     /// Recorded directly for float operands, else as `Lower`.
     Native(Native),
     /// The package's function with the call's own arguments (in-place
-    /// methods, which swap the `LazyTensor`'s handle).
+    /// methods, which swap the `LazyTensor`'s handle); it returns
+    /// `NotImplemented` to decline.
     Raw,
     /// Metadata PyTorch answers from the wrapper itself (`x.shape`,
     /// `x.dim()`): the function is called as it is, nothing recorded.
@@ -84,8 +82,6 @@ struct Hooks {
     /// The type of a property's bound `__get__`/`__set__`.
     method_wrapper: Py<PyType>,
     is_grad_enabled: Py<PyAny>,
-    /// File-name prefixes that are not the user's code.
-    skip: Vec<String>,
 }
 
 /// The functions the fast path takes, installed by the device's mode.
@@ -99,14 +95,6 @@ struct Table {
 
 static HOOKS: PyOnceLock<Hooks> = PyOnceLock::new();
 static TABLE: PyOnceLock<Table> = PyOnceLock::new();
-
-/// Per code object: whether it is skipped, keeping the code alive so its
-/// address is never reused for another.
-type CodeCache = HashMap<usize, (Py<PyAny>, bool)>;
-static CODES: Mutex<Option<CodeCache>> = Mutex::new(None);
-/// Interned sites by (code address, line, label).
-type SiteCache = HashMap<(usize, i32), Vec<(Box<str>, Origin)>>;
-static SITES: Mutex<Option<SiteCache>> = Mutex::new(None);
 
 const DTYPES: [DType; 8] = [
     DType::F32,
@@ -167,8 +155,8 @@ fn install(
             .unbind(),
         torch_tensor: torch_tensor.unbind(),
         is_grad_enabled: is_grad_enabled.unbind(),
-        skip,
     };
+    crate::site::set_skip(py, skip)?;
     HOOKS
         .set(py, hooks)
         .map_err(|_| PyTypeError::new_err("lazyfuse: the device is installed once"))
@@ -274,102 +262,6 @@ pub fn wrap_tensor<'py>(py: Python<'py>, t: Tensor) -> PyResult<Bound<'py, PyAny
 #[pyfunction]
 fn wrap<'py>(py: Python<'py>, h: &Bound<'py, PyTensor>) -> PyResult<Bound<'py, PyAny>> {
     wrap_tensor(py, h.get().t.clone())
-}
-
-/// The innermost frame outside the package and PyTorch: its code object
-/// and line.
-fn user_frame<'py>(py: Python<'py>, h: &Hooks) -> PyResult<Option<(Bound<'py, PyAny>, i32)>> {
-    // SAFETY: with the GIL held, `PyEval_GetFrame` returns the running
-    // thread's current frame, borrowed (or null at the top level).
-    let mut frame = unsafe {
-        Bound::from_borrowed_ptr_or_opt(py, ffi::PyEval_GetFrame() as *mut ffi::PyObject)
-    };
-    while let Some(f) = frame {
-        // SAFETY: `f` is a live frame object; `PyFrame_GetCode` returns a
-        // new reference to its code object.
-        let code = unsafe {
-            Bound::from_owned_ptr(
-                py,
-                ffi::PyFrame_GetCode(f.as_ptr() as *mut ffi::PyFrameObject) as *mut ffi::PyObject,
-            )
-        };
-        if !skipped(py, h, &code)? {
-            // SAFETY: as above.
-            let line = unsafe { ffi::PyFrame_GetLineNumber(f.as_ptr() as *mut ffi::PyFrameObject) };
-            return Ok(Some((code, line)));
-        }
-        let back = f.getattr(intern!(py, "f_back"))?;
-        frame = if back.is_none() { None } else { Some(back) };
-    }
-    Ok(None)
-}
-
-fn skipped(py: Python<'_>, h: &Hooks, code: &Bound<'_, PyAny>) -> PyResult<bool> {
-    let key = code.as_ptr() as usize;
-    {
-        let codes = CODES.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, s)) = codes.as_ref().and_then(|c| c.get(&key)) {
-            return Ok(*s);
-        }
-    }
-    let file = code.getattr(intern!(py, "co_filename"))?;
-    let file = file.cast::<PyString>()?.to_cow()?;
-    let s = h.skip.iter().any(|p| file.starts_with(p.as_str()));
-    let mut codes = CODES.lock().unwrap_or_else(|e| e.into_inner());
-    codes
-        .get_or_insert_with(HashMap::new)
-        .insert(key, (code.clone().unbind(), s));
-    Ok(s)
-}
-
-/// The site of op `label` at the user's line (interned per code, line and
-/// label), or `None` outside any user frame.
-fn site_here(py: Python<'_>, h: &Hooks, label: &str) -> PyResult<Option<Origin>> {
-    let Some((code, line)) = user_frame(py, h)? else {
-        return Ok(None);
-    };
-    let key = (code.as_ptr() as usize, line);
-    {
-        let sites = SITES.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(v) = sites.as_ref().and_then(|s| s.get(&key)) {
-            if let Some((_, o)) = v.iter().find(|(l, _)| &**l == label) {
-                return Ok(Some(*o));
-            }
-        }
-    }
-    let file = code.getattr(intern!(py, "co_filename"))?;
-    let o = Origin::site(
-        &file.cast::<PyString>()?.to_cow()?,
-        line.max(0) as u32,
-        0,
-        label,
-    );
-    let mut sites = SITES.lock().unwrap_or_else(|e| e.into_inner());
-    sites
-        .get_or_insert_with(HashMap::new)
-        .entry(key)
-        .or_default()
-        .push((label.into(), o));
-    Ok(Some(o))
-}
-
-/// Declares the user's line as the site of the ops recorded next for
-/// PyTorch op `op`.
-#[pyfunction]
-fn set_site_here(py: Python<'_>, op: &str) -> PyResult<()> {
-    let o = site_here(py, hooks(py)?, op)?;
-    crate::convert::set_origin(o);
-    Ok(())
-}
-
-/// `(file, line)` of the user's line, for error messages.
-#[pyfunction]
-fn user_line(py: Python<'_>) -> PyResult<Option<(String, i32)>> {
-    let Some((code, line)) = user_frame(py, hooks(py)?)? else {
-        return Ok(None);
-    };
-    let file: String = code.getattr(intern!(py, "co_filename"))?.extract()?;
-    Ok(Some((file, line)))
 }
 
 /// An operand unwrapped for a lowering, or `None` where the Python path
@@ -576,10 +468,11 @@ fn take<'py>(
     match e.kind {
         Kind::Pass => return func.call(args, kwargs).map(Some),
         Kind::Raw => {
-            crate::convert::set_origin(site_here(py, h, &e.op)?);
+            crate::convert::set_origin(crate::site::site_here(py, &e.op)?);
             let on = h.is_grad_enabled.bind(py).call0()?.is_truthy()?;
             crate::runtime::mirror_grad_mode(on);
             return match e.lowering.bind(py).call(args, kwargs) {
+                Ok(r) if r.is(py.NotImplemented().bind(py)) => Ok(None),
                 Ok(r) => Ok(Some(r)),
                 Err(err) if err.is_instance_of::<PyTypeError>(py) => Ok(None),
                 Err(err) => Err(err),
@@ -608,7 +501,7 @@ fn take<'py>(
         }
         _ => None,
     };
-    crate::convert::set_origin(site_here(py, h, &e.op)?);
+    crate::convert::set_origin(crate::site::site_here(py, &e.op)?);
     let on = h.is_grad_enabled.bind(py).call0()?.is_truthy()?;
     crate::runtime::mirror_grad_mode(on);
     if kw.is_none() {
@@ -639,7 +532,5 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(install_fast_path, m)?)?;
     m.add_function(wrap_pyfunction!(fast, m)?)?;
     m.add_function(wrap_pyfunction!(wrap, m)?)?;
-    m.add_function(wrap_pyfunction!(set_site_here, m)?)?;
-    m.add_function(wrap_pyfunction!(user_line, m)?)?;
     Ok(())
 }

@@ -17,6 +17,7 @@ mod fast;
 mod grad;
 mod ops;
 mod runtime;
+mod site;
 
 use pyo3::prelude::*;
 
@@ -40,5 +41,6 @@ fn init_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     conv::register(m)?;
     grad::register(m)?;
     fast::register(m)?;
+    site::register(m)?;
     Ok(())
 }

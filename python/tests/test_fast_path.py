@@ -234,3 +234,41 @@ def test_cpu_calls_under_the_device_mode_run_once_and_as_pytorch_runs_them():
     assert torch.is_grad_enabled()
     assert torch.zeros(2, device="cpu").device.type == "cpu"
     assert torch.zeros(2, device="lazyfuse").device.type == "lazyfuse"
+
+
+def test_setitem_on_the_device_matches_pytorch():
+    torch.manual_seed(3)
+    base = torch.randn(3, 4, 5)
+    i = torch.tensor([2, 0])
+    cases = [
+        lambda t, dev: t.__setitem__((slice(None), 0), 5.0),
+        lambda t, dev: t.__setitem__(1, -2.0),
+        lambda t, dev: t.__setitem__((0, slice(1, 3)), torch.arange(10.0).reshape(2, 5).to(dev)),
+        lambda t, dev: t.__setitem__((Ellipsis, -1), torch.ones(4).to(dev) * 3),
+        lambda t, dev: t.__setitem__((2, 3, 4), 9),
+        lambda t, dev: t.__setitem__((slice(-2, None), slice(None, 2)), torch.tensor(0.5)),
+        lambda t, dev: t.__setitem__(t > 1.0, -1.0),
+        lambda t, dev: t.__setitem__(i.to(dev), torch.zeros(4, 5).to(dev)),
+        lambda t, dev: t.__setitem__([1, 2], 7.0),
+    ]
+    for k, f in enumerate(cases):
+        want, got = base.clone(), base.to("lazyfuse")
+        f(want, "cpu")
+        f(got, "lazyfuse")
+        assert torch.equal(got.cpu(), want), k
+
+
+def test_setitem_keeps_gradients_flowing_and_guards_leaves():
+    w = torch.randn(4, 3)
+    p = w.to("lazyfuse").requires_grad_()
+    with pytest.raises(lazyfuse.LazyfuseError, match="in-place"):
+        p[0] = 1.0
+    h = p * 2
+    h[:, 1] = 0.0
+    h.sum().backward()
+    want = torch.full((4, 3), 2.0)
+    want[:, 1] = 0.0
+    torch.testing.assert_close(p.grad.cpu(), want)
+    with torch.no_grad():
+        p[1:3] = 0.0
+    assert p.is_leaf and p.requires_grad and p.cpu()[1:3].abs().sum() == 0

@@ -197,6 +197,70 @@ def getitem(x, idx):
     return index(out, [adv.get(k) for k in range(max(adv) + 1)])
 
 
+def setitem(x, idx, value):
+    """The value of ``x`` after ``x[idx] = value`` (``value`` a handle or
+    a scalar): basic indices as nested select/slice scatters (as PyTorch's
+    functionalization writes them), one integer index tensor or list as
+    ``index_put``, a boolean mask of ``x``'s shape with one value as a
+    ``where``. ``None`` for the rest (slices with a step, ``None``, more
+    than one advanced index, a mask with many values)."""
+    v = value if type(value) is H else _C.full(float(value), (), x.dtype)
+    if type(idx) is H and idx.dtype == "bool":
+        if list(idx.shape) != list(x.shape) or numel(v) != 1:
+            return None
+        return idx.where_(cast(v, x.dtype).reshape([]), x)
+    if type(idx) is list:
+        if not _int_list(idx):
+            return None
+        idx = (idx,)
+    elif type(idx) is not tuple:
+        idx = (idx,)
+    if any(type(i) is H or type(i) is list for i in idx):
+        if len(idx) != 1:
+            return None
+        i = idx[0] if type(idx[0]) is H else _index_list(idx[0])
+        if i.dtype not in ("int64", "int32"):
+            return None
+        return index_put(x, [i], v)
+    rank = len(x.shape)
+    real = sum(1 for i in idx if i is not Ellipsis)
+    if any(i is None for i in idx) or sum(1 for i in idx if i is Ellipsis) > 1 or real > rank:
+        return None
+    full = []
+    for i in idx:
+        full.extend([slice(None)] * (rank - real) if i is Ellipsis else [i])
+    return _scatter(x, full, 0, v)
+
+
+def _scatter(x, idx, d, v):
+    """``x`` with ``v`` written where basic indices ``idx`` (from dim ``d``)
+    point."""
+    if not idx:
+        v = cast(v, x.dtype)
+        return v if list(v.shape) == list(x.shape) else expand(v, list(x.shape))
+    i, rest = idx[0], idx[1:]
+    if type(i) is int:
+        n = x.shape[d]
+        if not -n <= i < n:
+            return None
+        inner = _scatter(select(x, d, i), rest, d, v)
+        return None if inner is None else _scatter_back(x, inner.unsqueeze(d), d, i % n, i % n + 1)
+    if type(i) is slice and i.step in (None, 1) and all(
+            e is None or type(e) is int for e in (i.start, i.stop)):
+        s, e, _ = slice(i.start, i.stop).indices(x.shape[d])
+        e = max(s, e)
+        inner = _scatter(slice_(x, d, s, e, 1), rest, d + 1, v)
+        return None if inner is None else _scatter_back(x, inner, d, s, e)
+    return None
+
+
+def _scatter_back(x, src, d, s, e):
+    """``x`` with ``src`` in place of its ``[s, e)`` along ``d``."""
+    from .more import slice_scatter
+
+    return slice_scatter(x, src, d, s, e)
+
+
 def _index_list(v):
     import torch
 
