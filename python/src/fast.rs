@@ -96,19 +96,8 @@ struct Table {
 static HOOKS: PyOnceLock<Hooks> = PyOnceLock::new();
 static TABLE: PyOnceLock<Table> = PyOnceLock::new();
 
-const DTYPES: [DType; 8] = [
-    DType::F32,
-    DType::F64,
-    DType::BF16,
-    DType::F16,
-    DType::I32,
-    DType::I64,
-    DType::U8,
-    DType::Bool,
-];
-
 fn dtype_index(d: DType) -> usize {
-    DTYPES.iter().position(|x| *x == d).unwrap_or(0)
+    DType::ALL.iter().position(|x| *x == d).unwrap_or(0)
 }
 
 fn hooks(py: Python<'_>) -> PyResult<&Hooks> {
@@ -136,7 +125,7 @@ fn install(
     skip: Vec<String>,
 ) -> PyResult<()> {
     let mut torch_dtypes = Vec::new();
-    for d in DTYPES {
+    for d in DType::ALL {
         let t = dtypes
             .get_item(crate::convert::dtype_name(d))?
             .ok_or_else(|| PyTypeError::new_err("lazyfuse: a dtype is missing"))?;
@@ -209,20 +198,7 @@ fn install_fast_path(
 fn native_op(kind: &str, name: &str) -> PyResult<Native> {
     let bad = || PyTypeError::new_err(format!("lazyfuse: no native {kind} op {name}"));
     Ok(match kind {
-        "unary" => Native::Unary(match name {
-            "neg" => Tensor::neg,
-            "abs" => Tensor::abs,
-            "exp" => Tensor::exp,
-            "log" => Tensor::log,
-            "sqrt" => Tensor::sqrt,
-            "rsqrt" => Tensor::rsqrt,
-            "tanh" => Tensor::tanh,
-            "sigmoid" => Tensor::sigmoid,
-            "relu" => Tensor::relu,
-            "sin" => Tensor::sin,
-            "cos" => Tensor::cos,
-            _ => return Err(bad()),
-        }),
+        "unary" => Native::Unary(crate::ops::unary_op(name).ok_or_else(bad)?),
         "binary" => Native::Binary(match name {
             "add" => Bin::Add,
             "sub" => Bin::Sub,

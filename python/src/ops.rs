@@ -124,27 +124,8 @@ impl PyTensor {
     /// `neg abs exp log sqrt rsqrt tanh sigmoid relu gelu gelu_exact sin cos
     /// floor erf`.
     fn unary(&self, op: &str) -> PyResult<PyTensor> {
-        let t = &self.t;
-        let f: fn(&Tensor) -> lazyfuse::Result<Tensor> = match op {
-            "neg" => Tensor::neg,
-            "abs" => Tensor::abs,
-            "exp" => Tensor::exp,
-            "log" => Tensor::log,
-            "sqrt" => Tensor::sqrt,
-            "rsqrt" => Tensor::rsqrt,
-            "tanh" => Tensor::tanh,
-            "sigmoid" => Tensor::sigmoid,
-            "relu" => Tensor::relu,
-            "gelu" => Tensor::gelu,
-            "gelu_exact" => Tensor::gelu_exact,
-            "sin" => Tensor::sin,
-            "cos" => Tensor::cos,
-            "floor" => Tensor::floor,
-            "erf" => Tensor::erf,
-            "detach" => Tensor::detach,
-            _ => return Err(bad(op, "unary")),
-        };
-        at(|| f(t)).map(PyTensor::new)
+        let f = unary_op(op).ok_or_else(|| bad(op, "unary"))?;
+        at(|| f(&self.t)).map(PyTensor::new)
     }
     /// `add sub mul div pow maximum minimum eq ne lt le gt ge` with a tensor
     /// or a scalar on the right.
@@ -434,6 +415,29 @@ impl PyTensor {
         }
         Ok(PyTensor::new(new))
     }
+}
+
+/// The runtime's unary op named `op` (the names `PyTensor::unary` takes).
+pub fn unary_op(op: &str) -> Option<fn(&Tensor) -> lazyfuse::Result<Tensor>> {
+    Some(match op {
+        "neg" => Tensor::neg,
+        "abs" => Tensor::abs,
+        "exp" => Tensor::exp,
+        "log" => Tensor::log,
+        "sqrt" => Tensor::sqrt,
+        "rsqrt" => Tensor::rsqrt,
+        "tanh" => Tensor::tanh,
+        "sigmoid" => Tensor::sigmoid,
+        "relu" => Tensor::relu,
+        "gelu" => Tensor::gelu,
+        "gelu_exact" => Tensor::gelu_exact,
+        "sin" => Tensor::sin,
+        "cos" => Tensor::cos,
+        "floor" => Tensor::floor,
+        "erf" => Tensor::erf,
+        "detach" => Tensor::detach,
+        _ => return None,
+    })
 }
 
 /// Concatenation along `axis`.

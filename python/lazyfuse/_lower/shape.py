@@ -147,18 +147,23 @@ def _int_list(v) -> bool:
         (type(e) is int) or _int_list(e) for e in v)
 
 
+def _as_tuple(idx):
+    """An index as PyTorch reads it: a tuple of components, a list of ints
+    being one index tensor; None for a list of anything else."""
+    if type(idx) is list:
+        return (idx,) if _int_list(idx) else None
+    return idx if type(idx) is tuple else (idx,)
+
+
 def getitem(x, idx):
     """``x[idx]`` as PyTorch's indexing applies it: ints (``select``),
     slices with a positive step, ``None`` and ``...`` in order, then the
     integer index tensors and lists left (``index``, on consecutive dims).
     ``None`` (ATen's path) for masks, bools, ints out of range and advanced
     indices that are not consecutive, whose handling or errors are ATen's."""
-    if type(idx) is list:
-        if not _int_list(idx):
-            return None
-        idx = (idx,)
-    elif type(idx) is not tuple:
-        idx = (idx,)
+    idx = _as_tuple(idx)
+    if idx is None:
+        return None
     rank = len(x.shape)
     real = sum(1 for i in idx if i is not None and i is not Ellipsis)
     ells = sum(1 for i in idx if i is Ellipsis)
@@ -209,12 +214,9 @@ def setitem(x, idx, value):
         if list(idx.shape) != list(x.shape) or numel(v) != 1:
             return None
         return idx.where_(cast(v, x.dtype).reshape([]), x)
-    if type(idx) is list:
-        if not _int_list(idx):
-            return None
-        idx = (idx,)
-    elif type(idx) is not tuple:
-        idx = (idx,)
+    idx = _as_tuple(idx)
+    if idx is None:
+        return None
     if any(type(i) is H or type(i) is list for i in idx):
         if len(idx) != 1:
             return None
