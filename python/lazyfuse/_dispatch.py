@@ -276,8 +276,8 @@ def _swap(self, new, name):
 
 def setitem_method(self, idx, value):
     """``x[idx] = value`` on the device, taken at the function level:
-    ``shape.setitem``'s functional value swapped into ``x``;
-    ``NotImplemented`` (ATen's path) where it has none."""
+    ``shape.setitem``'s functional value swapped into ``x``; a
+    ``LazyfuseError`` naming the user's line where it has none."""
 
     def arg(v):
         if type(v) is LazyTensor:
@@ -290,7 +290,13 @@ def setitem_method(self, idx, value):
 
     new = shape.setitem(self._t, arg(idx), arg(value))
     if new is None:
-        return NotImplemented
+        # ATen's path cannot write through the wrapper either (PyTorch
+        # copies out of its meta storage): say what is missing.
+        raise LazyfuseError(
+            f"x[{idx!r}] = ... is not supported on lazyfuse (at {where()}): it takes ints,"
+            " slices with step 1, ... and one integer index or a boolean mask of x's shape"
+            " with one value"
+        )
     _swap(self, new, "__setitem__")
     return None
 

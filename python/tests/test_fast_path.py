@@ -272,3 +272,11 @@ def test_setitem_keeps_gradients_flowing_and_guards_leaves():
     with torch.no_grad():
         p[1:3] = 0.0
     assert p.is_leaf and p.requires_grad and p.cpu()[1:3].abs().sum() == 0
+
+
+def test_setitem_it_cannot_do_is_a_clear_error_naming_the_line():
+    x = torch.zeros(6, 4).to("lazyfuse")
+    with pytest.raises(lazyfuse.LazyfuseError) as e:
+        x[::2] = 1.0  # STEP-SETITEM-LINE
+    assert "not supported" in str(e.value)
+    assert f"test_fast_path.py:{line_of('STEP-SETITEM-LINE')}" in str(e.value)
