@@ -294,8 +294,8 @@ def setitem_method(self, idx, value):
         # copies out of its meta storage): say what is missing.
         raise LazyfuseError(
             f"x[{idx!r}] = ... is not supported on lazyfuse (at {where()}): it takes ints,"
-            " slices with step 1, ... and one integer index or a boolean mask of x's shape"
-            " with one value"
+            " slices, ... and one integer index or a boolean mask of x's shape with one"
+            " value"
         )
     _swap(self, new, "__setitem__")
     return None

@@ -250,6 +250,9 @@ def test_setitem_on_the_device_matches_pytorch():
         lambda t, dev: t.__setitem__(t > 1.0, -1.0),
         lambda t, dev: t.__setitem__(i.to(dev), torch.zeros(4, 5).to(dev)),
         lambda t, dev: t.__setitem__([1, 2], 7.0),
+        lambda t, dev: t.__setitem__((slice(None, None, 2), 1, slice(1, None, 3)), -3.0),
+        lambda t, dev: t.__setitem__((Ellipsis, slice(4, 0, 2)), 1.5),
+        lambda t, dev: t.__setitem__((slice(None), slice(1, 4, 2)), torch.arange(30.0).reshape(3, 2, 5).to(dev)),
     ]
     for k, f in enumerate(cases):
         want, got = base.clone(), base.to("lazyfuse")
@@ -275,8 +278,9 @@ def test_setitem_keeps_gradients_flowing_and_guards_leaves():
 
 
 def test_setitem_it_cannot_do_is_a_clear_error_naming_the_line():
+    # Several advanced indices in one assignment: not taken.
     x = torch.zeros(6, 4).to("lazyfuse")
     with pytest.raises(lazyfuse.LazyfuseError) as e:
-        x[::2] = 1.0  # STEP-SETITEM-LINE
+        x[[0, 1], [1, 2]] = 1.0  # STEP-SETITEM-LINE
     assert "not supported" in str(e.value)
     assert f"test_fast_path.py:{line_of('STEP-SETITEM-LINE')}" in str(e.value)

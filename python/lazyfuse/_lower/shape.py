@@ -247,13 +247,31 @@ def _scatter(x, idx, d, v):
             return None
         inner = _scatter(select(x, d, i), rest, d, v)
         return None if inner is None else _scatter_back(x, inner.unsqueeze(d), d, i % n, i % n + 1)
-    if type(i) is slice and i.step in (None, 1) and all(
-            e is None or type(e) is int for e in (i.start, i.stop)):
-        s, e, _ = slice(i.start, i.stop).indices(x.shape[d])
+    if type(i) is slice and all(e is None or type(e) is int for e in (i.start, i.stop, i.step)):
+        step = 1 if i.step is None else i.step
+        if step <= 0:
+            return None
+        s, e, _ = slice(i.start, i.stop, step).indices(x.shape[d])
         e = max(s, e)
-        inner = _scatter(slice_(x, d, s, e, 1), rest, d + 1, v)
-        return None if inner is None else _scatter_back(x, inner, d, s, e)
+        inner = _scatter(slice_(x, d, s, e, step), rest, d + 1, v)
+        if inner is None:
+            return None
+        if step == 1:
+            return _scatter_back(x, inner, d, s, e)
+        return _scatter_strided(x, inner, d, s, e, step)
     return None
+
+
+def _scatter_strided(x, src, d, s, e, step):
+    """``x`` with ``src`` written at ``s, s+step, ...`` (below ``e``) along
+    ``d``: ``index_put`` on ``d`` moved to the front."""
+    k = len(range(s, e, step))
+    if k == 0:
+        return x
+    perm = [d] + [a for a in range(len(x.shape)) if a != d]
+    back = [perm.index(a) for a in range(len(perm))]
+    rows = _C.arange(float(s), float(s + step * k), float(step), "int64")
+    return index_put(x.permute(perm), [rows], src.permute(perm)).permute(back)
 
 
 def _scatter_back(x, src, d, s, e):
