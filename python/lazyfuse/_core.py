@@ -60,6 +60,11 @@ class LazyTensor(torch.Tensor):
     is a sync point."""
 
     __slots__ = ("_t",)
+    # View aliasing (``_views``): a view's root, step chain and layout, and
+    # a root's weak references to its live views; set on the instance's
+    # ``__dict__`` only for views and for tensors that have some.
+    _view = None
+    _views = None
     # Functions are intercepted by the device's TorchFunctionMode; the
     # subclass itself adds no per-call hook.
     __torch_function__ = torch._C._disabled_torch_function_impl

@@ -10,7 +10,7 @@ import warnings
 
 import torch
 
-from . import _C
+from . import _C, _views
 from ._core import (
     LazyTensor,
     download,
@@ -106,7 +106,7 @@ def _special(name, func, args, kwargs):
             return dst.copy_(download(src._t))
         if type(src) is not LazyTensor and isinstance(src, torch.Tensor):  # host to device
             return _inplace(func, name, (dst, wrap(upload(src))) + tuple(args[2:]), kwargs)
-        return None
+        return _inplace(func, name, args, kwargs)
     if name in ("native_batch_norm", "_native_batch_norm_legit") and len(args) >= 8:
         return _batch_norm(args, kwargs)
     if name == "is_same_size":
@@ -116,8 +116,8 @@ def _special(name, func, args, kwargs):
 
 _SPECIAL_NAMES = {"_local_scalar_dense", "_to_copy", "equal", "copy_", "is_same_size",
                   "native_batch_norm", "_native_batch_norm_legit"}
-# Per ATen overload: (name, kind, lowering); kind 0 plain, 1 special,
-# 2 foreach, 3 in-place.
+# Per ATen overload: (name, kind, lowering, site label, is a view); kind 0
+# plain, 1 special, 2 foreach, 3 in-place.
 _PLANS: dict = {}
 
 
@@ -131,7 +131,7 @@ def _plan(func):
         kind = 3
     else:
         kind = 0
-    p = _PLANS[func] = (name, kind, lookup(func), f"aten::{name}")
+    p = _PLANS[func] = (name, kind, lookup(func), f"aten::{name}", kind == 0 and func.is_view)
     return p
 
 
@@ -144,7 +144,8 @@ def _batch_norm(args, kwargs):
     out = more.native_batch_norm(u(x), u(w), u(b), u(rm), u(rv), training, momentum, eps)
     if training and type(rm) is LazyTensor and type(rv) is LazyTensor:
         new_m, new_v = more.batch_stats_update(u(x), out[1], out[2], rm._t, rv._t, momentum, eps)
-        rm._t, rv._t = new_m, new_v
+        _views.write(rm, new_m, "batch_norm")
+        _views.write(rv, new_v, "batch_norm")
     return wrap_out(out)
 
 
@@ -164,7 +165,7 @@ def _upload_cpu_indices(args):
 
 def dispatch(func, args, kwargs):
     p = _PLANS.get(func) or _plan(func)
-    name, kind, low, site = p
+    name, kind, low, site, view = p
     set_site(site)
     sync_grad_mode()
     if name in _CPU_INDICES and len(args) > 1 and isinstance(args[1], (list, tuple)):
@@ -183,9 +184,13 @@ def dispatch(func, args, kwargs):
         return _fallback(func, args, kwargs)
     if low is not None:
         a = [x._t if type(x) is LazyTensor else unwrap(x) for x in args]
-        r = low(*a, **{k: unwrap(v) for k, v in kwargs.items()}) if kwargs else low(*a)
+        k = {k: unwrap(v) for k, v in kwargs.items()} if kwargs else {}
+        r = low(*a, **k)
         if r is not None:
-            return wrap(r) if type(r) is H else wrap_out(r)
+            out = wrap(r) if type(r) is H else wrap_out(r)
+            if view and type(args[0]) is LazyTensor:
+                _views.mark_aten(low, out, args[0], a[1:], k)
+            return out
     return _fallback(func, args, kwargs)
 
 
@@ -261,7 +266,8 @@ def _swap(self, new, name):
     """``new`` (a handle) becomes ``self``'s value, as an in-place op
     writes it: broadcast to ``self``'s shape and cast to its dtype; a leaf
     that requires grad stays a leaf and keeps its gradient (and may not be
-    written while grad is on, as in PyTorch)."""
+    written while grad is on, as in PyTorch). The write reaches the memory
+    ``self`` shares: its base when it is a view, its views (``_views``)."""
     old = self._t
     if tuple(new.shape) != tuple(old.shape):
         new = shape.expand(new, old.shape)
@@ -271,7 +277,7 @@ def _swap(self, new, name):
             f"a leaf tensor that requires grad is used in an in-place {name} (at {where()});"
             " wrap the update in torch.no_grad()"
         )
-    self._t = old.carry_leaf(new)
+    _views.write(self, new, name)
 
 
 def setitem_method(self, idx, value):
@@ -350,7 +356,7 @@ def _fallback(func, args, kwargs):
     out = func(*cargs, **ckw)
     if func._schema.is_mutable and args and isinstance(args[0], torch.Tensor):
         if type(args[0]) is LazyTensor:
-            args[0]._t = upload(cargs[0])
+            _views.write(args[0], upload(cargs[0]), name)
         return args[0]
 
     def back(x):

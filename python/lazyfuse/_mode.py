@@ -18,6 +18,8 @@ from torch.overrides import TorchFunctionMode
 from . import _C
 from ._core import LazyTensor, download, dtype_name, set_site, sync_grad_mode, upload, where, wrap
 from ._dispatch import inplace_method, setitem_method, unwrap, wrap_out
+from ._viewfns import detach_view, view_functions
+from ._views import contiguous, forget
 from ._lower import TABLE, cast, elementwise as ew, factory, more, nn, reduce, shape
 
 LazyfuseError = _C.LazyfuseError
@@ -120,6 +122,7 @@ def _requires_grad_(x, on=True):
 
 
 def _data_set(x, v):
+    forget(x)
     x._t = unwrap(v)
 
 
@@ -146,9 +149,9 @@ SPECIAL = {
     T.requires_grad_: _requires_grad_,
     T.is_leaf.__get__: lambda x: x._t.is_leaf,
     T.grad_fn.__get__: lambda x: None,
-    T.data.__get__: lambda x: wrap(x._t.unary("detach")),
+    T.data.__get__: detach_view,
     T.data.__set__: _data_set,
-    T.detach: lambda x: wrap(x._t.unary("detach")),
+    T.detach: detach_view,
     T.retain_grad: lambda x: None,
     T.device.__get__: lambda x: _DEVICE,
     T.is_cpu.__get__: lambda x: False,
@@ -195,12 +198,6 @@ _fast([F.softmax, T.softmax, torch.softmax],
 _fast([F.layer_norm], lambda input, normalized_shape, weight=None, bias=None, eps=1e-5:
       nn.layer_norm(input, normalized_shape, weight, bias, eps))
 _fast([F.dropout], lambda x, p=0.5, training=True, inplace=False: nn.dropout(x, p, training))
-_fast([T.view, T.reshape, torch.reshape],
-      lambda x, *s: shape.reshape(x, s[0] if len(s) == 1 and not isinstance(s[0], int) else s))
-_fast([T.transpose, torch.transpose], shape.transpose)
-_fast([T.permute, torch.permute],
-      lambda x, *d: shape.permute(x, d[0] if len(d) == 1 and not isinstance(d[0], int) else d))
-_fast([T.contiguous], lambda x, memory_format=None: x)
 # Scalars stay Python numbers here; through ATen, PyTorch would wrap them
 # as 0-dim tensors on the meta device, which hold no value.
 _fast([torch.where, T.where], lambda condition, input=None, other=None: ew.where(condition, input, other)
@@ -213,12 +210,10 @@ for _n, _op in [("eq", "eq"), ("ne", "ne"), ("lt", "lt"), ("le", "le"), ("gt", "
 _fast([T.maximum, torch.maximum], lambda a, b: ew.binary("maximum", a, b), ("binary", "maximum"))
 # Same-signature functions: the ATen lowering of the same name.
 for _n in ["square", "reciprocal", "log1p", "expm1", "ceil", "trunc", "sign", "floor", "rsqrt",
-           "unsqueeze", "squeeze", "t", "flatten", "split", "chunk", "amax", "amin", "argmax",
+           "amax", "amin", "argmax",
            "var", "std", "logsumexp", "tril", "triu", "erf", "index_select", "gather", "repeat"]:
     _funcs = [f for f in (getattr(T, _n, None), getattr(torch, _n, None)) if f is not None]
     _fast(_funcs, TABLE[_n])
-_fast([T.expand], lambda x, *size, **k: shape.expand(
-    x, size[0] if len(size) == 1 and not isinstance(size[0], int) else size))
 _fast([F.silu], lambda x, inplace=False: ew.silu(x))
 _fast([T.float], lambda x, memory_format=None: cast(x, "float32"))
 _fast([F.max_pool2d], more.max_pool2d)
@@ -236,9 +231,11 @@ _fast([torch.stack], shape.stack)
 # methods (on the call's own ``LazyTensor``s) and metadata.
 RUST_ONLY = {}
 
-# ``x[i]`` with basic indices; the rest (CPU index tensors, masks) through
-# ATen, so ``_intercept`` must not take it.
-RUST_ONLY[T.__getitem__] = (shape.getitem, None)
+# Views (``x[i]`` with basic indices, ``view``, ``transpose``, ...): the
+# lowering's value, marked as a view of its base (``_views``) so that
+# writes reach the memory they share; the rest of ``x[i]`` (CPU index
+# tensors, masks) through ATen, so ``_intercept`` must not take them.
+RUST_ONLY.update(view_functions())
 # ``x[idx] = value``: the written value swapped in, as in-place methods are.
 RUST_ONLY[T.__setitem__] = (setitem_method, ("raw", ""))
 
@@ -372,7 +369,7 @@ for _f in [*SPECIAL, T.to, *_LIST_FIRST]:
     if type(_f).__name__ != "method-wrapper" and _f not in RUST_ONLY:
         RUST_ONLY[_f] = (None, ("python", ""))
 _rust_fast = _C.fast
-_C.install_fast_path(wrap_out, [
+_C.install_fast_path(wrap_out, contiguous, [
     (f, getattr(f, "__name__", "op"), low, NATIVE.get(f)) for f, low in FAST.items()
 ] + [(f, getattr(f, "__name__", "op"), low, kind) for f, (low, kind) in RUST_ONLY.items()])
 

@@ -21,7 +21,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PySlice, PyString, PyTuple, PyType};
 use std::collections::HashMap;
 
 /// An op the fast path records without Python, for float operands.
@@ -57,6 +57,19 @@ enum Kind {
     Pass,
     /// Always the Python path's (moving, reading, autograd entry points).
     Python,
+    /// As `Lower`, for a view function: the result is marked as a view of
+    /// the first operand (`views.rs`) when the rule says it is one.
+    View(ViewRule),
+}
+
+/// When a view function's result shares its operand's memory.
+#[derive(Clone, Copy)]
+enum ViewRule {
+    Always,
+    /// `x[idx]`: for basic indices (ints, slices, `None`, `...`) only.
+    Index,
+    /// `reshape`, `flatten`: when the operand is laid out contiguously.
+    Contiguous,
 }
 
 /// One PyTorch function the fast path takes.
@@ -88,6 +101,8 @@ struct Hooks {
 struct Table {
     /// The package's wrapper for tuple and list results.
     wrap_out: Py<PyAny>,
+    /// `_views.contiguous(x)`, asked of a view before a `reshape`.
+    contiguous: Py<PyAny>,
     /// By the function object's address (the table keeps a reference to
     /// each function, so the address stays its own).
     map: HashMap<usize, (Py<PyAny>, Entry)>,
@@ -162,12 +177,16 @@ type FastEntry<'py> = (
 /// Installs the functions the fast path takes: `entries` are `(function,
 /// label, lowering, kind)` with `kind` `None` (the lowering, on handles),
 /// `("unary", op)` or `("binary", op)` (native for floats), `("raw", "")`
-/// (the lowering, on the call's own arguments) or `("pass", "")` (the
-/// function itself); `wrap_out` wraps tuple and list results.
+/// (the lowering, on the call's own arguments), `("pass", "")` (the
+/// function itself) or `("view", rule)` (the lowering, its result a view
+/// when `rule` — `""`, `"index"` or `"contiguous"` — says so); `wrap_out`
+/// wraps tuple and list results, `contiguous` says whether a view is laid
+/// out contiguously.
 #[pyfunction]
 fn install_fast_path(
     py: Python<'_>,
     wrap_out: Bound<'_, PyAny>,
+    contiguous: Bound<'_, PyAny>,
     entries: Vec<FastEntry<'_>>,
 ) -> PyResult<()> {
     let mut map = HashMap::new();
@@ -177,6 +196,11 @@ fn install_fast_path(
             Some((k, _)) if k == "raw" => Kind::Raw,
             Some((k, _)) if k == "pass" => Kind::Pass,
             Some((k, _)) if k == "python" => Kind::Python,
+            Some((k, r)) if k == "view" => Kind::View(match r.as_str() {
+                "index" => ViewRule::Index,
+                "contiguous" => ViewRule::Contiguous,
+                _ => ViewRule::Always,
+            }),
             Some((k, name)) => Kind::Native(native_op(&k, &name)?),
         };
         let entry = Entry {
@@ -188,6 +212,7 @@ fn install_fast_path(
     }
     let table = Table {
         wrap_out: wrap_out.unbind(),
+        contiguous: contiguous.unbind(),
         map,
     };
     TABLE
@@ -416,7 +441,7 @@ fn fast<'py>(
         return declined();
     }
     if let Some(e) = e {
-        let lowered = matches!(e.kind, Kind::Lower | Kind::Native(_));
+        let lowered = matches!(e.kind, Kind::Lower | Kind::Native(_) | Kind::View(_));
         if on_device || (listed && lowered) {
             return match take(py, h, table, e, func, args, kwargs)? {
                 Some(r) => Ok(r),
@@ -455,7 +480,7 @@ fn take<'py>(
             };
         }
         Kind::Python => return Ok(None),
-        Kind::Lower | Kind::Native(_) => {}
+        Kind::Lower | Kind::Native(_) | Kind::View(_) => {}
     }
     let mut a = Vec::with_capacity(args.len());
     for x in args.iter() {
@@ -487,13 +512,18 @@ fn take<'py>(
             }
         }
     }
-    let r = match e.lowering.bind(py).call(PyTuple::new(py, a)?, kw.as_ref()) {
+    let r = match e.lowering.bind(py).call(PyTuple::new(py, &a)?, kw.as_ref()) {
         Ok(r) => r,
         // A spelling the fast lowering does not take (a keyword it names
         // otherwise): ATen's path handles every one.
         Err(err) if err.is_instance_of::<PyTypeError>(py) => return Ok(None),
         Err(err) => return Err(err),
     };
+    if let Kind::View(rule) = e.kind {
+        if !r.is_none() && is_view(py, table, rule, args)? {
+            return wrap_view(py, table, e, args, &a, kw, r).map(Some);
+        }
+    }
     if let Ok(t) = r.cast::<PyTensor>() {
         return wrap_tensor(py, t.get().t.clone()).map(Some);
     }
@@ -501,6 +531,84 @@ fn take<'py>(
         return Ok(None);
     }
     table.wrap_out.bind(py).call1((r,)).map(Some)
+}
+
+/// Whether a view function's result shares its operand's memory.
+fn is_view(
+    py: Python<'_>,
+    table: &Table,
+    rule: ViewRule,
+    args: &Bound<'_, PyTuple>,
+) -> PyResult<bool> {
+    Ok(match rule {
+        ViewRule::Always => true,
+        ViewRule::Index => args.len() == 2 && basic_index(&args.get_item(1)?)?,
+        ViewRule::Contiguous => {
+            let x = args.get_item(0)?;
+            x.getattr(intern!(py, "_view"))?.is_none()
+                || table.contiguous.bind(py).call1((x,))?.is_truthy()?
+        }
+    })
+}
+
+/// An index of ints, slices, `None` and `...` only (a view, not a copy).
+fn basic_index(i: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let one = |c: &Bound<'_, PyAny>| {
+        c.is_exact_instance_of::<PyInt>()
+            || c.is_exact_instance_of::<PySlice>()
+            || c.is_none()
+            || c.is(c.py().Ellipsis().bind(c.py()))
+    };
+    if let Ok(t) = i.cast::<PyTuple>() {
+        return Ok(t.iter().all(|c| one(&c)));
+    }
+    Ok(one(i))
+}
+
+/// The wrapped result(s) `r` of view entry `e`, each marked as a view of
+/// the call's first operand.
+fn wrap_view<'py>(
+    py: Python<'py>,
+    table: &Table,
+    e: &Entry,
+    args: &Bound<'py, PyTuple>,
+    a: &[Bound<'py, PyAny>],
+    kw: Option<Bound<'py, PyDict>>,
+    r: Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let src = args.get_item(0)?;
+    let low = e.lowering.bind(py);
+    let rest = PyTuple::new(py, &a[1..])?;
+    let kw = match kw {
+        Some(k) => k.into_any(),
+        None => py.None().into_bound(py),
+    };
+    if let Ok(t) = r.cast::<PyTensor>() {
+        let out = wrap_tensor(py, t.get().t.clone())?;
+        let step = PyTuple::new(
+            py,
+            [low.clone(), rest.into_any(), kw, py.None().into_bound(py)],
+        )?;
+        crate::views::mark(py, &src, &out, step)?;
+        return Ok(out);
+    }
+    let outs = table.wrap_out.bind(py).call1((r,))?;
+    let mut each = Vec::new();
+    for (i, o) in outs.try_iter()?.enumerate() {
+        let o = o?;
+        let step = PyTuple::new(
+            py,
+            [
+                low.clone(),
+                rest.clone().into_any(),
+                kw.clone(),
+                i.into_pyobject(py)?.into_any(),
+            ],
+        )?;
+        crate::views::mark(py, &src, &o, step)?;
+        each.push(o);
+    }
+    Ok(PyTuple::new(py, each)?.into_any())
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -18,6 +18,7 @@ mod grad;
 mod ops;
 mod runtime;
 mod site;
+mod views;
 
 use pyo3::prelude::*;
 
@@ -42,5 +43,6 @@ fn init_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     grad::register(m)?;
     fast::register(m)?;
     site::register(m)?;
+    views::register(m)?;
     Ok(())
 }

@@ -135,6 +135,32 @@ def diagonal(x, offset=0, dim1=0, dim2=1):
     return flat.index_select(len(rest), idx) if n else reshape(flat, [x.shape[i] for i in rest] + [0])
 
 
+@lowering("diagonal_scatter")
+def diagonal_scatter(x, src, offset=0, dim1=0, dim2=1):
+    """``x`` with ``src`` written on its diagonal (``diagonal``'s inverse):
+    each position picks its diagonal's value, a ``where`` keeps the rest."""
+    r = len(x.shape)
+    d1, d2 = dim(dim1, r), dim(dim2, r)
+    rest = [i for i in range(r) if i not in (d1, d2)]
+    order = rest + [d1, d2]
+    y = x.permute(order) if order != list(range(r)) else x
+    n1, n2 = x.shape[d1], x.shape[d2]
+    i0 = 0 if offset >= 0 else -offset
+    n = max(0, min(n1 - i0, n2 - (offset if offset >= 0 else 0)))
+    if n == 0:
+        return x
+    i = _C.arange(0.0, float(n1), 1.0, "int64").reshape([n1, 1])
+    j = _C.arange(0.0, float(n2), 1.0, "int64").reshape([1, n2])
+    on = j.binary("sub", i).binary("eq", offset)
+    k = i.binary("sub", i0).binary("maximum", 0).binary("minimum", n - 1).expand([n1, n2])
+    lead = [x.shape[a] for a in rest]
+    picked = reshape(cast(src, x.dtype).index_select(len(rest), k.reshape([n1 * n2])),
+                     lead + [n1, n2])
+    out = on.where_(picked, y)
+    back = [order.index(a) for a in range(r)]
+    return out.permute(back) if order != list(range(r)) else out
+
+
 @lowering("slice_scatter")
 def slice_scatter(x, src, d=0, start=None, end=None, step=1):
     r = len(x.shape)
