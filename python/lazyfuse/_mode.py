@@ -126,6 +126,30 @@ def _data_set(x, v):
     x._t = unwrap(v)
 
 
+def _new_tensor(x, data, dtype=None, device=None, requires_grad=False, **_):
+    """``x.new_tensor(data)``: a copy of ``data`` with ``x``'s dtype, on
+    ``x``'s device unless ``device`` says otherwise."""
+    if type(data) is LazyTensor:
+        data = download(data._t)
+    t = torch.tensor(data, dtype=dtype or x.dtype)
+    if device is not None and not is_ours(device):
+        return t.to(device).requires_grad_(requires_grad)
+    out = wrap(upload(t))
+    if requires_grad:
+        out._t.set_requires_grad(True)
+    return out
+
+
+def _one_hot(x, num_classes=-1):
+    """``F.one_hot``: ``num_classes=-1`` reads the largest class (a sync
+    point, as in PyTorch, which reads it too)."""
+    if x._t.dtype != "int64":
+        raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+    n = num_classes if num_classes >= 0 else int(x._t.reduce("max", None, False).item()) + 1
+    classes = _C.arange(0.0, float(n), 1.0, "int64")
+    return wrap(cast(x._t.unsqueeze(len(x.shape)).binary("eq", classes), "int64"))
+
+
 _DEVICE = torch.device("lazyfuse", 0)
 _PLAIN = {int, float, bool, str, type(None)}
 H = _C.Tensor
@@ -157,6 +181,8 @@ SPECIAL = {
     T.is_cpu.__get__: lambda x: False,
     T.is_meta.__get__: lambda x: False,
     T.get_device: lambda x: 0,
+    T.new_tensor: _new_tensor,
+    F.one_hot: _one_hot,
 }
 
 _LIST_FIRST = {torch.autograd.grad, torch.autograd.backward}

@@ -166,6 +166,18 @@ INT_CASES = [
     ("to_dtype", lambda a: a.to(torch.float64) * 3, [r(4)]),
     ("bool_any", lambda a: (a > 1).any(), [r(20)]),
     ("logical_xor", lambda a: torch.logical_xor(a > 0, a > 0.5), [r(10)]),
+    # Bitwise ops are the logical ones on bools only: on integers they are
+    # bitwise (a graph break), never a bool result.
+    ("bitwise_ints", lambda a, b: (a & b, a | b, a ^ b, a & 3, ~a),
+     [torch.arange(8), torch.full((8,), 3)]),
+    ("bitwise_bools", lambda a, b: ((a > 3) & (b > 0), (a > 3) | (a < 1), (a > 3) ^ (a > 5),
+                                    ~(a > 3), (a > 3) & True),
+     [torch.arange(8), torch.arange(-4, 4)]),
+    ("one_hot", lambda a: (F.one_hot(a), F.one_hot(a, 6)), [torch.tensor([[0, 3], [2, 1]])]),
+    ("new_tensor", lambda a: (a.new_tensor([1, 2]), a.new_tensor([[0.5]], dtype=torch.float64)),
+     [torch.arange(3)]),
+    ("logical_mixed", lambda a, f: (torch.logical_and(a, f), torch.logical_xor(a, f)),
+     [torch.arange(4), torch.tensor([0.0, 1.0, 0.0, 2.0])]),
     ("isin", torch.isin, [torch.arange(6), torch.tensor([1, 3])]),
     ("cross_entropy", lambda a, t: F.cross_entropy(a, t), [r(6, 5), torch.tensor([0, 1, 4, 2, 3, 1])]),
     ("cross_entropy_ignore", lambda a, t: F.cross_entropy(a, t, ignore_index=1),

@@ -281,16 +281,37 @@ def _truth(x):
     return x if x.dtype == "bool" else x.binary("ne", 0)
 
 
-@lowering("logical_and", "bitwise_and")
+def _truth_of(v):
+    """A handle's truth, or a Python scalar's as a bool constant."""
+    return _truth(v) if type(v) is H else const(bool(v), "bool")
+
+
+def _bools(a, b) -> bool:
+    """Both operands bool (bitwise ops on bools are the logical ones; on
+    integers the runtime has no bitwise ops, so those are a graph break)."""
+    return all(v.dtype == "bool" if type(v) is H else type(v) is bool for v in (a, b))
+
+
+@lowering("logical_and")
 def logical_and(a, b):
-    a, b = _truth(a), _truth(b)
+    a, b = _truth_of(a), _truth_of(b)
     return a.where_(b, const(False, "bool"))
 
 
-@lowering("logical_or", "bitwise_or")
+@lowering("logical_or")
 def logical_or(a, b):
-    a, b = _truth(a), _truth(b)
+    a, b = _truth_of(a), _truth_of(b)
     return a.where_(const(True, "bool"), b)
+
+
+@lowering("bitwise_and")
+def bitwise_and(a, b):
+    return logical_and(a, b) if _bools(a, b) else None
+
+
+@lowering("bitwise_or")
+def bitwise_or(a, b):
+    return logical_or(a, b) if _bools(a, b) else None
 
 
 @lowering("isnan")

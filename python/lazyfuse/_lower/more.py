@@ -99,14 +99,19 @@ def fmod(a, b):
     return cast(binary("sub", a2, binary("mul", q, b2)), d)
 
 
-@lowering("logical_xor", "bitwise_xor")
+@lowering("logical_xor")
 def logical_xor(a, b):
-    if type(a) is H and a.dtype != "bool" or type(b) is H and b.dtype != "bool":
-        if not (type(a) is H and a.dtype == "bool"):
-            return None
-    ta = a if type(a) is H else const(bool(a), "bool")
-    tb = b if type(b) is H else const(bool(b), "bool")
-    return ta.binary("ne", tb)
+    from .elementwise import _truth_of
+
+    return _truth_of(a).binary("ne", _truth_of(b))
+
+
+@lowering("bitwise_xor")
+def bitwise_xor(a, b):
+    """On bools the logical xor; on integers a graph break (no runtime op)."""
+    from .elementwise import _bools
+
+    return logical_xor(a, b) if _bools(a, b) else None
 
 
 @lowering("copy.default")
