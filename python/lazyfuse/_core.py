@@ -65,6 +65,10 @@ class LazyTensor(torch.Tensor):
     # ``__dict__`` only for views and for tensors that have some.
     _view = None
     _views = None
+    # ``x.grad``'s tensor (one per parameter), and on it a weak reference
+    # to the parameter whose gradient it is (``_mode._grad_get``).
+    _grad_w = None
+    _grad_of = None
     # Functions are intercepted by the device's TorchFunctionMode; the
     # subclass itself adds no per-call hook.
     __torch_function__ = torch._C._disabled_torch_function_impl
@@ -74,6 +78,32 @@ class LazyTensor(torch.Tensor):
         from ._dispatch import dispatch
 
         return dispatch(func, args, kwargs or {})
+
+    def __deepcopy__(self, memo):
+        """A copy (``copy.deepcopy(model)``): the same immutable value
+        behind a new tensor, a leaf that requires grad as this one does,
+        its gradient copied too, as PyTorch's deep copy gives."""
+        if id(self) in memo:
+            return memo[id(self)]
+        t = self._t
+        h = t.unary("detach")
+        if t.requires_grad:
+            h.set_requires_grad(True)
+            g = t.grad()
+            if g is not None:
+                h.set_grad(g)
+        out = memo[id(self)] = wrap(h)
+        return out
+
+    def __reduce_ex__(self, protocol):
+        """Pickling (``torch.save``) writes the value as a CPU tensor, as
+        torch_xla's ``xm.save`` does: the checkpoint loads anywhere (with
+        ``weights_only``), and ``load_state_dict`` copies it back onto the
+        device. A sync point."""
+        cpu = download(self._t)
+        if self._t.requires_grad:
+            cpu.requires_grad_(True)
+        return cpu.__reduce_ex__(protocol)
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         """DLPack export (``torch.from_dlpack``, ``numpy.from_dlpack``): the

@@ -181,7 +181,7 @@ def dispatch(func, args, kwargs):
     elif kind == 3 and args and type(args[0]) is LazyTensor:
         return _inplace(func, name, args, kwargs)
     if "out" in kwargs:
-        return _fallback(func, args, kwargs)
+        return _out(func, name, low, args, kwargs)
     if low is not None:
         a = [x._t if type(x) is LazyTensor else unwrap(x) for x in args]
         k = {k: unwrap(v) for k, v in kwargs.items()} if kwargs else {}
@@ -191,6 +191,21 @@ def dispatch(func, args, kwargs):
             if view and type(args[0]) is LazyTensor:
                 _views.mark_aten(low, out, args[0], a[1:], k)
             return out
+    return _fallback(func, args, kwargs)
+
+
+def _out(func, name, low, args, kwargs):
+    """``op(..., out=t)``: the functional lowering's value written into
+    ``t`` (an in-place write, reaching ``t``'s views); the CPU fallback,
+    which writes its result back too, where there is none or the shapes
+    differ (PyTorch would resize ``t``)."""
+    dst = kwargs["out"]
+    if low is not None and type(dst) is LazyTensor:
+        rest = {k: unwrap(v) for k, v in kwargs.items() if k != "out"}
+        r = low(*[unwrap(x) for x in args], **rest)
+        if type(r) is H and tuple(r.shape) == tuple(dst._t.shape):
+            _views.write(dst, cast(r, dst._t.dtype), name)
+            return dst
     return _fallback(func, args, kwargs)
 
 
@@ -354,6 +369,18 @@ def _fallback(func, args, kwargs):
     if "device" in ckw and ckw["device"] is not None and "lazyfuse" in str(ckw["device"]):
         ckw["device"] = "cpu"
     out = func(*cargs, **ckw)
+    if "out" in kwargs:
+        dsts = kwargs["out"] if isinstance(kwargs["out"], (list, tuple)) else [kwargs["out"]]
+        cpus = ckw["out"] if isinstance(ckw["out"], (list, tuple)) else [ckw["out"]]
+        for dst, cpu in zip(dsts, cpus):
+            if type(dst) is LazyTensor:
+                if tuple(cpu.shape) != tuple(dst._t.shape):
+                    raise LazyfuseError(
+                        f"{name} would resize its out= tensor from {tuple(dst._t.shape)} to"
+                        f" {tuple(cpu.shape)}; lazyfuse tensors keep their shape (at {where()})"
+                    )
+                _views.write(dst, upload(cpu), name)
+        return kwargs["out"]
     if func._schema.is_mutable and args and isinstance(args[0], torch.Tensor):
         if type(args[0]) is LazyTensor:
             _views.write(args[0], upload(cargs[0]), name)

@@ -11,11 +11,13 @@ op); everything else continues to ATen and ``__torch_dispatch__``.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from . import _C
+from . import _C, _views
 from ._core import LazyTensor, download, dtype_name, set_site, sync_grad_mode, upload, where, wrap
 from ._dispatch import inplace_method, setitem_method, unwrap, wrap_out
 from ._viewfns import detach_view, view_functions
@@ -107,12 +109,31 @@ def _autograd_backward(tensors, grad_tensors=None, retain_graph=None, create_gra
 
 
 def _grad_get(x):
+    """``x.grad``: one tensor per parameter, as in PyTorch (``x.grad is
+    x.grad``), holding the runtime's current gradient; an in-place write
+    to it (``clip_grad_norm_``'s ``_foreach_mul_``, ``p.grad.zero_()``)
+    sets the parameter's gradient (``_views.write``)."""
     g = x._t.grad()
-    return None if g is None else wrap(g)
+    if g is None:
+        x._grad_w = None
+        return None
+    w = x._grad_w
+    if w is None:
+        w = wrap(g)
+        w._grad_of = weakref.ref(x)
+        x._grad_w = w
+    else:
+        w._t = g
+        if w._views:
+            _views.refresh(w)
+    return w
 
 
 def _grad_set(x, g):
     x._t.set_grad(None if g is None else unwrap(g))
+    x._grad_w = g if type(g) is LazyTensor else None
+    if type(g) is LazyTensor:
+        g._grad_of = weakref.ref(x)
 
 
 def _requires_grad_(x, on=True):

@@ -206,7 +206,7 @@ def write(t, new, name):
     ``t`` shares: its root and the root's other views."""
     v = t._view
     if v is None:
-        t._t = t._t.carry_leaf(new)
+        _set(t, t._t.carry_leaf(new))
         if t._views:
             _refresh(t, None)
         return
@@ -239,8 +239,24 @@ def write(t, new, name):
                 " .clone() the view first"
             )
     t._t = t._t.carry_leaf(new)
-    root._t = rt.carry_leaf(cast(val, rt.dtype))
+    _set(root, rt.carry_leaf(cast(val, rt.dtype)))
     _refresh(root, t)
+
+
+def _set(t, h):
+    """``h`` becomes root ``t``'s value; when ``t`` is a parameter's
+    ``.grad``, the parameter's gradient too."""
+    t._t = h
+    of = t._grad_of
+    if of is not None:
+        p = of()
+        if p is not None:
+            p._t.set_grad(h)
+
+
+def refresh(root):
+    """Re-derives ``root``'s live views from its value (it changed)."""
+    _refresh(root, None)
 
 
 def _refresh(root, skip):

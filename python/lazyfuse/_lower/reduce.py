@@ -156,6 +156,15 @@ def softmax(x, dim, half_to_float=None, dtype=None):
     return x.softmax(dim, False)
 
 
+@lowering("_safe_softmax")
+def safe_softmax(x, dim, dtype=None):
+    """Softmax that gives 0, not NaN, on a slice that is all ``-inf`` (a
+    fully masked attention row: ``nn.MultiheadAttention``'s)."""
+    s = softmax(x, dim, dtype=dtype)
+    alive = cast(x.binary("ne", float("-inf")), "int32").reduce("max", [dim % len(x.shape)], True)
+    return alive.binary("eq", 0).where_(const(0.0, s.dtype), s)
+
+
 @lowering("_log_softmax", "log_softmax")
 def log_softmax(x, dim, half_to_float=None, dtype=None):
     if dtype is not None and not isinstance(dtype, bool):
@@ -198,6 +207,9 @@ def cumsum(x, dim, dtype=None):
     idx = _C_arange(n)
     tri = idx.unsqueeze(1).binary("le", idx.unsqueeze(0))  # [n, n], i <= j
     w = "float64" if d not in FLOATS else d
+    if r == 1:
+        # A row vector: the runtime's matmul takes rank 2 and up.
+        return cast(cast(x, w).unsqueeze(0).matmul(cast(tri, w)).squeeze(0), d)
     xt = cast(x, w).transpose(a, -1)
     out = xt.matmul(cast(tri, w)).transpose(a, -1)
     return cast(out, d)

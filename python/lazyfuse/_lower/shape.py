@@ -316,7 +316,8 @@ def stack(tensors, dim=0):
     return cat([t.unsqueeze(d) for t in tensors], d)
 
 
-@lowering("split", "split_with_sizes", "split_copy", "split_with_sizes_copy")
+@lowering("split", "split_with_sizes", "split_copy", "split_with_sizes_copy", "unsafe_split",
+          "unsafe_split_with_sizes")
 def split(x, sizes, dim=0):
     d = _axis(dim, len(x.shape))
     n = x.shape[d]
@@ -329,7 +330,7 @@ def split(x, sizes, dim=0):
     return out
 
 
-@lowering("chunk")
+@lowering("chunk", "unsafe_chunk")
 def chunk(x, chunks, dim=0):
     n = x.shape[_axis(dim, len(x.shape))]
     size = -(-n // chunks)
@@ -380,8 +381,16 @@ def gather(x, dim, index, sparse_grad=False):
 
 @lowering("embedding")
 def embedding(weight, idx, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    """Rows of ``weight``; the ``padding_idx`` row gets no gradient (its
+    rows are taken from a detached copy: the same values, no gradient)."""
+    if scale_grad_by_freq:
+        return None
     flat = idx.reshape([numel(idx)])
-    return weight.index_select(0, flat).reshape(list(idx.shape) + [weight.shape[1]])
+    rows = weight.index_select(0, flat)
+    if padding_idx is not None and padding_idx >= 0 and weight.requires_grad:
+        keep = flat.binary("ne", padding_idx).unsqueeze(1)
+        rows = keep.where_(rows, rows.unary("detach"))
+    return rows.reshape(list(idx.shape) + [weight.shape[1]])
 
 
 @lowering("index.Tensor", "_unsafe_index.Tensor")
