@@ -277,6 +277,12 @@ def _inplace(func, name, args, kwargs, overload=None, fallback=True):
     return self
 
 
+# In-place ops that change their tensor's shape (the device's wrappers
+# keep theirs): an error, not a broadcast.
+_RESHAPING = {"unsqueeze_", "squeeze_", "transpose_", "t_", "swapdims_", "swapaxes_",
+              "resize_", "resize_as_", "as_strided_", "set_"}
+
+
 def _swap(self, new, name):
     """``new`` (a handle) becomes ``self``'s value, as an in-place op
     writes it: broadcast to ``self``'s shape and cast to its dtype; a leaf
@@ -285,6 +291,8 @@ def _swap(self, new, name):
     ``self`` shares: its base when it is a view, its views (``_views``)."""
     old = self._t
     if tuple(new.shape) != tuple(old.shape):
+        if name in _RESHAPING:
+            _views.write(self, new, name)  # the error naming the shape change
         new = shape.expand(new, old.shape)
     new = cast(new, old.dtype)
     if old.requires_grad and old.is_leaf and torch.is_grad_enabled():
@@ -379,11 +387,11 @@ def _fallback(func, args, kwargs):
                         f"{name} would resize its out= tensor from {tuple(dst._t.shape)} to"
                         f" {tuple(cpu.shape)}; lazyfuse tensors keep their shape (at {where()})"
                     )
-                _views.write(dst, upload(cpu), name)
+                _views.write(dst, upload(cpu), func._opname)
         return kwargs["out"]
     if func._schema.is_mutable and args and isinstance(args[0], torch.Tensor):
         if type(args[0]) is LazyTensor:
-            _views.write(args[0], upload(cargs[0]), name)
+            _views.write(args[0], upload(cargs[0]), func._opname)
         return args[0]
 
     def back(x):

@@ -204,6 +204,12 @@ def write(t, new, name):
     """Makes handle ``new`` the value of ``t`` (an in-place op's result,
     already of ``t``'s shape and dtype), writing it through to the memory
     ``t`` shares: its root and the root's other views."""
+    if list(new.shape) != list(t._t.shape):
+        raise LazyfuseError(
+            f"an in-place {name} would change a tensor's shape from {list(t._t.shape)} to"
+            f" {list(new.shape)}; lazyfuse tensors keep their shape, so use its out-of-place"
+            f" form (x = x.{name.rstrip('_')}(...)) (at {where()})"
+        )
     v = t._view
     if v is None:
         _set(t, t._t.carry_leaf(new))

@@ -281,3 +281,11 @@ def test_views_of_a_long_lived_tensor_do_not_pile_up():
         w.t()
         w[0]
     assert len(w._views) < 64
+
+
+@pytest.mark.parametrize("op", ["unsqueeze_(0)", "transpose_(0, 1)", "t_()", "resize_(6)"])
+def test_an_in_place_op_that_changes_the_shape_is_an_error(op):
+    x = torch.arange(6.0, device=D).reshape(2, 3)
+    with pytest.raises(lazyfuse.LazyfuseError, match="keep their shape"):
+        eval("x." + op)
+    assert x.shape == (2, 3) and torch.equal(x.cpu(), torch.arange(6.0).reshape(2, 3))
