@@ -176,6 +176,11 @@ INT_CASES = [
     ("one_hot", lambda a: (F.one_hot(a), F.one_hot(a, 6)), [torch.tensor([[0, 3], [2, 1]])]),
     ("new_tensor", lambda a: (a.new_tensor([1, 2]), a.new_tensor([[0.5]], dtype=torch.float64)),
      [torch.arange(3)]),
+    # An integer with a bool (Hugging Face's ``unfinished & ~done``): exact
+    # on the device, bit 0 meeting the bool.
+    ("bitwise_int_bool", lambda a, m: (a & m, m & a, a | m, a ^ m, a & ~m),
+     [torch.tensor([-7, -2, -1, 0, 1, 2, 3, 2**62 + 1]),
+      torch.tensor([True, False, True, True, False, True, True, False])]),
     ("logical_mixed", lambda a, f: (torch.logical_and(a, f), torch.logical_xor(a, f)),
      [torch.arange(4), torch.tensor([0.0, 1.0, 0.0, 2.0])]),
     ("isin", torch.isin, [torch.arange(6), torch.tensor([1, 3])]),

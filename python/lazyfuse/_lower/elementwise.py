@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from . import H, cast, category, const, default_float, lowering, promote, scalar_kind
+from . import INTS, H, cast, category, const, default_float, lowering, promote, scalar_kind
 from .._core import FLOATS
 
 
@@ -304,14 +304,36 @@ def logical_or(a, b):
     return a.where_(const(True, "bool"), b)
 
 
+def _bit_with_bool(op, a, b):
+    """``op`` (``and``/``or``/``xor``) of an integer tensor and a bool
+    tensor (``unfinished & ~done`` in Hugging Face's ``generate``),
+    exactly, in integer arithmetic: the bool meets bit 0 only. None for
+    other operands."""
+    if type(a) is H and a.dtype == "bool" and type(b) is H and b.dtype in INTS:
+        a, b = b, a
+    if not (type(a) is H and a.dtype in INTS and type(b) is H and b.dtype == "bool"):
+        return None
+    d = a.dtype
+    two = const(2, d)
+    lo = a.binary("sub", a.binary("div", two).binary("mul", two))  # bit 0, sign of a
+    lo = lo.binary("lt", const(0, d)).where_(lo.binary("add", two), lo)
+    t = cast(b, d)
+    one = const(1, d)
+    if op == "and":
+        return lo.binary("mul", t)
+    if op == "or":
+        return a.binary("add", t.binary("mul", one.binary("sub", lo)))
+    return a.binary("add", t.binary("mul", one.binary("sub", lo.binary("mul", two))))
+
+
 @lowering("bitwise_and")
 def bitwise_and(a, b):
-    return logical_and(a, b) if _bools(a, b) else None
+    return logical_and(a, b) if _bools(a, b) else _bit_with_bool("and", a, b)
 
 
 @lowering("bitwise_or")
 def bitwise_or(a, b):
-    return logical_or(a, b) if _bools(a, b) else None
+    return logical_or(a, b) if _bools(a, b) else _bit_with_bool("or", a, b)
 
 
 @lowering("isnan")

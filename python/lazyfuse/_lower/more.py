@@ -109,9 +109,9 @@ def logical_xor(a, b):
 @lowering("bitwise_xor")
 def bitwise_xor(a, b):
     """On bools the logical xor; on integers a graph break (no runtime op)."""
-    from .elementwise import _bools
+    from .elementwise import _bit_with_bool, _bools
 
-    return logical_xor(a, b) if _bools(a, b) else None
+    return logical_xor(a, b) if _bools(a, b) else _bit_with_bool("xor", a, b)
 
 
 @lowering("copy.default")
