@@ -27,6 +27,8 @@ a view whose step has no inverse (``expand``, ``diagonal``, ...) is a
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from . import _C
@@ -35,6 +37,10 @@ from ._lower import TABLE, cast, more, shape
 
 LazyfuseError = _C.LazyfuseError
 mark_view = _C.mark_view
+
+
+class LazyfuseViewWarning(UserWarning):
+    """A write through a view that does not reach its base (see ``write``)."""
 
 
 def forward(h, step):
@@ -226,11 +232,19 @@ def write(t, new, name):
         )
     if rt.requires_grad and not rt.is_leaf and detached:
         # PyTorch would change the value under the gradient history; the
-        # runtime's values carry their history, so say so rather than drop it.
-        raise LazyfuseError(
-            f"an in-place {name} through .detach() or .data of a tensor with gradient history"
-            f" is not supported on lazyfuse (at {where()}); write the tensor itself"
+        # runtime's values carry their history, which a new value would
+        # drop. Metrics code does this (``p = logits.detach(); p.sigmoid_()``)
+        # and rarely reads the base again: the view becomes a tensor of its
+        # own, with a warning rather than an error.
+        warnings.warn(
+            f"lazyfuse: an in-place {name} on .detach()/.data of a tensor with gradient history"
+            f" does not change that tensor on lazyfuse (at {where()}); .clone() it to say so",
+            LazyfuseViewWarning,
+            stacklevel=4,
         )
+        t._view = None
+        t._t = t._t.carry_leaf(new)
+        return
     parents = [rt]
     for s in chain[:-1]:
         parents.append(forward(parents[-1], s))

@@ -259,11 +259,17 @@ def test_a_view_that_cannot_be_written_back_is_an_error_naming_the_line():
     assert torch.equal(x.cpu(), torch.zeros(2, 3))
 
 
-def test_writing_through_detach_of_a_tensor_with_history_is_an_error():
+def test_writing_detach_of_a_tensor_with_history_warns_and_keeps_the_gradient():
+    from lazyfuse._views import LazyfuseViewWarning
+
     x = torch.ones(3, device=D, requires_grad=True)
     h = x * 2
-    with pytest.raises(lazyfuse.LazyfuseError, match="gradient history"):
-        h.detach().add_(1)
+    p = h.detach()
+    with pytest.warns(LazyfuseViewWarning, match="test_views.py"):
+        p.sigmoid_()
+    torch.testing.assert_close(p.cpu(), torch.sigmoid(torch.full((3,), 2.0)))
+    (h * x).sum().backward()
+    assert torch.equal(x.grad.cpu(), torch.full((3,), 4.0))
 
 
 def test_data_assignment_unlinks_the_old_views():
