@@ -19,12 +19,14 @@ from ._core import LazyTensor, download, upload, wrap
 from ._custom import custom_op
 from ._dispatch import LazyfuseFallbackWarning
 from ._mode import LazyfuseMode
+from ._views import LazyfuseViewWarning
 from . import _module  # noqa: F401  (model.to keeps tied weights tied)
 
 __all__ = [
     "LazyTensor",
     "LazyfuseError",
     "LazyfuseFallbackWarning",
+    "LazyfuseViewWarning",
     "counters",
     "custom_op",
     "device",

@@ -260,12 +260,10 @@ def test_a_view_that_cannot_be_written_back_is_an_error_naming_the_line():
 
 
 def test_writing_detach_of_a_tensor_with_history_warns_and_keeps_the_gradient():
-    from lazyfuse._views import LazyfuseViewWarning
-
     x = torch.ones(3, device=D, requires_grad=True)
     h = x * 2
     p = h.detach()
-    with pytest.warns(LazyfuseViewWarning, match="test_views.py"):
+    with pytest.warns(lazyfuse.LazyfuseViewWarning, match="test_views.py"):
         p.sigmoid_()
     torch.testing.assert_close(p.cpu(), torch.sigmoid(torch.full((3,), 2.0)))
     (h * x).sum().backward()
