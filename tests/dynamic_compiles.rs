@@ -562,9 +562,11 @@ fn a_long_decode_compiles_once_per_bucket_boundary() {
 
 /// Device random draws of a varying size (dropout masks, noise) bucket
 /// like uploads, and each logical element gets the value an exact draw
-/// gives it: the bucketed loop computes the exact loop's numbers, bit for
+/// gives it: the bucketed loop draws the exact loop's numbers, bit for
 /// bit, whether the varying axis comes first (`[len, C]`) or after a batch
-/// axis (`[3, len]`, drawn flat and picked by logical index).
+/// axis (`[3, len]`, drawn flat and picked by logical index). A product
+/// after the draw agrees to rounding: XLA's CPU dot may block a padded
+/// row count differently from the exact one (seen on an AVX2 host).
 #[test]
 fn random_draws_of_varying_size_compile_once_per_bucket() {
     let _l = metrics_lock();
@@ -572,20 +574,20 @@ fn random_draws_of_varying_size_compile_once_per_bucket() {
     let f32 = lazyfuse::DType::F32;
     let w = weights(&[C, C], 11, &d);
     let lens = [5usize, 9, 17, 23, 31, 40, 47, 55, 60, 63];
-    let rows = |len: usize| -> Vec<f32> {
+    let masked = |len: usize| -> Tensor {
         let x = Tensor::ones(&[len, C], f32, &d).unwrap();
         let keep = Tensor::rand_uniform(&[len, C], f32, 40 + len as u64, &d)
             .unwrap()
             .ge(0.3)
             .unwrap();
-        let y = x
-            .mul(keep.to_dtype(f32).unwrap())
-            .unwrap()
-            .matmul(&w)
-            .unwrap();
+        x.mul(keep.to_dtype(f32).unwrap()).unwrap()
+    };
+    bucketed_like_exact(&lens, |len| masked(len).to_vec::<f32>().unwrap(), 6, 0.0);
+    let rows = |len: usize| -> Vec<f32> {
+        let y = masked(len).matmul(&w).unwrap();
         y.sum(-1, false).unwrap().to_vec::<f32>().unwrap()
     };
-    bucketed_like_exact(&lens, rows, 6, 0.0);
+    bucketed_like_exact(&lens, rows, 6, 1e-6);
     let batched = |len: usize| -> Vec<f32> {
         let noise = Tensor::rand_uniform(&[3, len], f32, 70 + len as u64, &d).unwrap();
         noise.to_vec::<f32>().unwrap()
