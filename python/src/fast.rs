@@ -21,7 +21,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PySlice, PyString, PyTuple, PyType};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
 use std::collections::HashMap;
 
 /// An op the fast path records without Python, for float operands.
@@ -542,7 +542,7 @@ fn is_view(
 ) -> PyResult<bool> {
     Ok(match rule {
         ViewRule::Always => true,
-        ViewRule::Index => args.len() == 2 && basic_index(&args.get_item(1)?)?,
+        ViewRule::Index => args.len() == 2 && crate::views::basic_index(&args.get_item(1)?)?,
         ViewRule::Contiguous => {
             let x = args.get_item(0)?;
             x.getattr(intern!(py, "_view"))?.is_none()
@@ -551,22 +551,8 @@ fn is_view(
     })
 }
 
-/// An index of ints, slices, `None` and `...` only (a view, not a copy).
-fn basic_index(i: &Bound<'_, PyAny>) -> PyResult<bool> {
-    let one = |c: &Bound<'_, PyAny>| {
-        c.is_exact_instance_of::<PyInt>()
-            || c.is_exact_instance_of::<PySlice>()
-            || c.is_none()
-            || c.is(c.py().Ellipsis().bind(c.py()))
-    };
-    if let Ok(t) = i.cast::<PyTuple>() {
-        return Ok(t.iter().all(|c| one(&c)));
-    }
-    Ok(one(i))
-}
-
 /// The wrapped result(s) `r` of view entry `e`, each marked as a view of
-/// the call's first operand.
+/// the call's first operand (`views::wrap_marked`).
 fn wrap_view<'py>(
     py: Python<'py>,
     table: &Table,
@@ -576,39 +562,18 @@ fn wrap_view<'py>(
     kw: Option<Bound<'py, PyDict>>,
     r: Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let src = args.get_item(0)?;
-    let low = e.lowering.bind(py);
-    let rest = PyTuple::new(py, &a[1..])?;
-    let kw = match kw {
-        Some(k) => k.into_any(),
-        None => py.None().into_bound(py),
+    let single = match r.cast::<PyTensor>() {
+        Ok(t) => Some(wrap_tensor(py, t.get().t.clone())?),
+        Err(_) => None,
     };
-    if let Ok(t) = r.cast::<PyTensor>() {
-        let out = wrap_tensor(py, t.get().t.clone())?;
-        let step = PyTuple::new(
-            py,
-            [low.clone(), rest.into_any(), kw, py.None().into_bound(py)],
-        )?;
-        crate::views::mark(py, &src, &out, step)?;
-        return Ok(out);
-    }
-    let outs = table.wrap_out.bind(py).call1((r,))?;
-    let mut each = Vec::new();
-    for (i, o) in outs.try_iter()?.enumerate() {
-        let o = o?;
-        let step = PyTuple::new(
-            py,
-            [
-                low.clone(),
-                rest.clone().into_any(),
-                kw.clone(),
-                i.into_pyobject(py)?.into_any(),
-            ],
-        )?;
-        crate::views::mark(py, &src, &o, step)?;
-        each.push(o);
-    }
-    Ok(PyTuple::new(py, each)?.into_any())
+    let many = single.is_none();
+    let outs = match single {
+        Some(o) => o,
+        None => table.wrap_out.bind(py).call1((r,))?,
+    };
+    let src = args.get_item(0)?;
+    let step = (e.lowering.bind(py), PyTuple::new(py, &a[1..])?, kw);
+    crate::views::wrap_marked(py, &src, step, outs, many)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

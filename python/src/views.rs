@@ -13,7 +13,7 @@
 
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple, PyWeakrefReference};
+use pyo3::types::{PyDict, PyInt, PyList, PySlice, PyTuple, PyWeakrefReference};
 
 /// Marks `out` as a view of `src` through `step` (a tuple).
 pub fn mark<'py>(
@@ -57,6 +57,54 @@ pub fn mark<'py>(
         root.setattr(intern!(py, "_views"), PyList::new(py, live)?)?;
     }
     Ok(())
+}
+
+/// An index of ints, slices, `None` and `...` only (a view, not a copy).
+pub fn basic_index(i: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let one = |c: &Bound<'_, PyAny>| {
+        c.is_exact_instance_of::<PyInt>()
+            || c.is_exact_instance_of::<PySlice>()
+            || c.is_none()
+            || c.is(c.py().Ellipsis().bind(c.py()))
+    };
+    if let Ok(t) = i.cast::<PyTuple>() {
+        return Ok(t.iter().all(|c| one(&c)));
+    }
+    Ok(one(i))
+}
+
+/// `outs` (one wrapped result, or a tuple/list of them when `many`),
+/// each marked as a view of `src` through `(lowering, args, kwargs, i)`
+/// with `i` the result's index (`None` for a single result).
+pub fn wrap_marked<'py>(
+    py: Python<'py>,
+    src: &Bound<'py, PyAny>,
+    (low, args, kw): (
+        &Bound<'py, PyAny>,
+        Bound<'py, PyTuple>,
+        Option<Bound<'py, PyDict>>,
+    ),
+    outs: Bound<'py, PyAny>,
+    many: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let kw = match kw {
+        Some(k) => k.into_any(),
+        None => py.None().into_bound(py),
+    };
+    let step = |i: Bound<'py, PyAny>| {
+        PyTuple::new(py, [low.clone(), args.clone().into_any(), kw.clone(), i])
+    };
+    if !many {
+        mark(py, src, &outs, step(py.None().into_bound(py))?)?;
+        return Ok(outs);
+    }
+    let mut each = Vec::new();
+    for (i, o) in outs.try_iter()?.enumerate() {
+        let o = o?;
+        mark(py, src, &o, step(i.into_pyobject(py)?.into_any())?)?;
+        each.push(o);
+    }
+    Ok(PyTuple::new(py, each)?.into_any())
 }
 
 /// `mark_view(out, src, step)`: `out` is a view of `src` through `step`
